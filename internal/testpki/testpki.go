@@ -1,0 +1,227 @@
+// Package testpki generates real key material for tests: a CA, kubelet
+// serving certificates and kubelet-serving CSRs, and the kubelet's on-disk
+// pki layout. It exists so that tests exercise crypto/x509 for real instead
+// of hand-written fixtures. It is imported by tests only.
+package testpki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+)
+
+var serial atomic.Int64
+
+// CA is a self-signed certificate authority.
+type CA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// NewCA returns a fresh ECDSA P-256 CA valid from an hour ago for a year.
+func NewCA(cn string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial.Add(1)),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
+// PEM is the CA certificate in PEM form.
+func (ca *CA) PEM() []byte { return EncodeCert(ca.Cert) }
+
+// Pool is a pool holding only this CA.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
+
+// Serving describes a kubelet serving certificate to issue.
+type Serving struct {
+	CN        string // default system:node:<Node>
+	Orgs      []string
+	Node      string
+	IPs       []net.IP
+	DNSNames  []string
+	NotBefore time.Time // default an hour ago
+	NotAfter  time.Time // default in a day
+	EKU       []x509.ExtKeyUsage
+}
+
+// Pair is an issued certificate with its private key.
+type Pair struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+}
+
+// Issue signs a serving certificate as the kubelet-serving signer would.
+func (ca *CA) Issue(s Serving) (*Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if s.CN == "" {
+		s.CN = "system:node:" + s.Node
+	}
+	if s.Orgs == nil {
+		s.Orgs = []string{"system:nodes"}
+	}
+	if s.NotBefore.IsZero() {
+		s.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if s.NotAfter.IsZero() {
+		s.NotAfter = time.Now().Add(24 * time.Hour)
+	}
+	if s.EKU == nil {
+		s.EKU = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: s.CN, Organization: s.Orgs},
+		NotBefore:    s.NotBefore,
+		NotAfter:     s.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  s.EKU,
+		IPAddresses:  s.IPs,
+		DNSNames:     s.DNSNames,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Pair{Cert: cert, Key: key}, nil
+}
+
+// CertPEM is the certificate alone in PEM form.
+func (p *Pair) CertPEM() []byte { return EncodeCert(p.Cert) }
+
+// KeyPEM is the private key in PEM form (EC PRIVATE KEY, as the kubelet writes it).
+func (p *Pair) KeyPEM() []byte {
+	der, err := x509.MarshalECPrivateKey(p.Key)
+	if err != nil {
+		panic(err) // a freshly generated P-256 key always marshals
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
+
+// FilePEM is what the kubelet writes to kubelet-server-<ts>.pem: certificate then key.
+func (p *Pair) FilePEM() []byte { return append(p.CertPEM(), p.KeyPEM()...) }
+
+// EncodeCert PEM-encodes a certificate.
+func EncodeCert(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+}
+
+// Request describes a CSR to generate.
+type Request struct {
+	CN       string // default system:node:<Node>
+	Orgs     []string
+	Node     string
+	IPs      []net.IP
+	DNSNames []string
+	Emails   []string
+	URIs     []string
+	RSA      bool // an RSA-2048 key instead of ECDSA P-256
+}
+
+// NewCSR returns a PEM CERTIFICATE REQUEST signed by a fresh key.
+func NewCSR(r Request) ([]byte, crypto.Signer, error) {
+	var key crypto.Signer
+	var err error
+	if r.RSA {
+		key, err = rsa.GenerateKey(rand.Reader, 2048)
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.CN == "" {
+		r.CN = "system:node:" + r.Node
+	}
+	if r.Orgs == nil {
+		r.Orgs = []string{"system:nodes"}
+	}
+	tmpl := &x509.CertificateRequest{
+		Subject:        pkix.Name{CommonName: r.CN, Organization: r.Orgs},
+		IPAddresses:    r.IPs,
+		DNSNames:       r.DNSNames,
+		EmailAddresses: r.Emails,
+	}
+	for _, u := range r.URIs {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl.URIs = append(tmpl.URIs, parsed)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), key, nil
+}
+
+// Install lays the pair out in dir exactly as the kubelet's file store does:
+// a new kubelet-server-<timestamp>.pem (0600, certificate and key), then a
+// temporary symlink with an absolute target renamed onto
+// kubelet-server-current.pem. It returns the timestamped file's path.
+func Install(dir string, p *Pair, at time.Time) (string, error) {
+	name := filepath.Join(dir, "kubelet-server-"+at.UTC().Format("2006-01-02-15-04-05.000000000")+".pem")
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(abs, p.FilePEM(), 0o600); err != nil {
+		return "", err
+	}
+	current := filepath.Join(dir, "kubelet-server-current.pem")
+	tmp := current + ".updating"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(abs, tmp); err != nil {
+		return "", err
+	}
+	// The kubelet removes the old link before renaming the new one onto it,
+	// which leaves the file briefly absent: reproduce that gap.
+	if err := os.Remove(current); err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
+	if err := os.Rename(tmp, current); err != nil {
+		return "", err
+	}
+	return abs, nil
+}
