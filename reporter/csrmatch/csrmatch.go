@@ -1,0 +1,171 @@
+// Package csrmatch finds the kubelet-serving CSR that explains an installed
+// certificate, or, when none does, the state of the node's newest request
+// (pending, denied, failed, approved but not issued). Every CSR is treated as
+// hostile input: a certificate that does not parse simply explains nothing.
+package csrmatch
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/fingerprint"
+)
+
+const (
+	// SignerName is the only signer certready looks at.
+	SignerName = certv1.KubeletServingSignerName
+	// NodeLabel is set by the approver on every kubelet-serving CSR so that
+	// each agent can watch only its own node's requests.
+	NodeLabel = "certready.io/node"
+	// UserPrefix is the username prefix of node credentials.
+	UserPrefix = "system:node:"
+)
+
+// State is what the node's CSRs say about the installed certificate.
+type State string
+
+const (
+	// Issued: an approved CSR's issued certificate is the installed one.
+	Issued State = "Issued"
+	// Pending: the newest request has neither been approved nor denied.
+	Pending State = "Pending"
+	// Denied: the newest request was denied.
+	Denied State = "Denied"
+	// Failed: the newest request was approved but the signer failed it.
+	Failed State = "Failed"
+	// NotIssued: the newest request is approved but carries no certificate yet.
+	NotIssued State = "NotIssued"
+	// None: no request of this node explains the installed certificate and
+	// none is outstanding (the newest was issued for another certificate, or
+	// there is no request at all, for example after garbage collection).
+	None State = "None"
+)
+
+// Result names the CSR behind the state.
+type Result struct {
+	State   State
+	Name    string    // the CSR, when there is one
+	Created time.Time // its creation time
+	Detail  string    // the denial or failure message, when there is one
+	Seen    int       // how many of this node's CSRs were considered
+}
+
+// Describe is a one-line account for condition messages and events.
+func (r Result) Describe() string {
+	switch r.State {
+	case Issued:
+		return fmt.Sprintf("CSR %s (created %s)", r.Name, stamp(r.Created))
+	case Pending:
+		return fmt.Sprintf("CSR %s pending approval since %s", r.Name, stamp(r.Created))
+	case Denied:
+		return fmt.Sprintf("CSR %s (created %s) was denied%s", r.Name, stamp(r.Created), suffix(r.Detail))
+	case Failed:
+		return fmt.Sprintf("CSR %s (created %s) failed to sign%s", r.Name, stamp(r.Created), suffix(r.Detail))
+	case NotIssued:
+		return fmt.Sprintf("CSR %s (created %s) is approved but not issued yet", r.Name, stamp(r.Created))
+	}
+	if r.Seen == 0 {
+		return "no kubelet-serving CSR from this node exists"
+	}
+	return fmt.Sprintf("none of the node's %d kubelet-serving CSRs issued the installed certificate", r.Seen)
+}
+
+// Age is how old the CSR is at now.
+func (r Result) Age(now time.Time) time.Duration {
+	if r.Created.IsZero() {
+		return 0
+	}
+	return now.Sub(r.Created).Truncate(time.Second)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+// Match looks through csrs for node's kubelet-serving requests. CSRs of
+// other signers or other users are ignored whatever their content.
+func Match(csrs []*certv1.CertificateSigningRequest, node string, installed fingerprint.SHA256) Result {
+	user := UserPrefix + node
+	var mine []*certv1.CertificateSigningRequest
+	for _, c := range csrs {
+		if c == nil || c.Spec.SignerName != SignerName || c.Spec.Username != user {
+			continue
+		}
+		mine = append(mine, c)
+	}
+	res := Result{State: None, Seen: len(mine)}
+	if !installed.IsZero() {
+		for _, c := range mine {
+			if issuedBy(c, installed) {
+				return Result{State: Issued, Name: c.Name, Created: c.CreationTimestamp.Time, Seen: len(mine)}
+			}
+		}
+	}
+	// Nothing explains the installed certificate: what is the newest request doing?
+	sort.SliceStable(mine, func(i, j int) bool {
+		return mine[i].CreationTimestamp.After(mine[j].CreationTimestamp.Time)
+	})
+	if len(mine) == 0 {
+		return res
+	}
+	newest := mine[0]
+	res.Name, res.Created = newest.Name, newest.CreationTimestamp.Time
+	approved, denied, failed := conditions(newest)
+	switch {
+	case denied != nil:
+		res.State, res.Detail = Denied, denied.Message
+	case failed != nil:
+		res.State, res.Detail = Failed, failed.Message
+	case approved != nil && len(newest.Status.Certificate) == 0:
+		res.State = NotIssued
+	case approved == nil:
+		res.State = Pending
+	default:
+		// Approved and issued, but for another certificate: either the
+		// kubelet has not installed it yet or it is an old one.
+		res.State = None
+	}
+	return res
+}
+
+// issuedBy reports whether c is approved, neither denied nor failed, and
+// issued exactly the certificate with fingerprint fp.
+func issuedBy(c *certv1.CertificateSigningRequest, fp fingerprint.SHA256) bool {
+	approved, denied, failed := conditions(c)
+	if approved == nil || denied != nil || failed != nil || len(c.Status.Certificate) == 0 {
+		return false
+	}
+	certs, err := certfile.ParseCertificates(c.Status.Certificate)
+	if err != nil {
+		return false
+	}
+	return fingerprint.Of(certs[0]) == fp
+}
+
+func conditions(c *certv1.CertificateSigningRequest) (approved, denied, failed *certv1.CertificateSigningRequestCondition) {
+	for i := range c.Status.Conditions {
+		cond := &c.Status.Conditions[i]
+		if cond.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch cond.Type {
+		case certv1.CertificateApproved:
+			approved = cond
+		case certv1.CertificateDenied:
+			denied = cond
+		case certv1.CertificateFailed:
+			failed = cond
+		}
+	}
+	return approved, denied, failed
+}
