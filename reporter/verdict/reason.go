@@ -1,0 +1,64 @@
+package verdict
+
+// Reason is the condition's machine-readable reason. Each failure class has
+// its own so that alerts and runbooks can key on it.
+type Reason string
+
+const (
+	// Ready: every check passed (status False).
+	Ready Reason = "KubeletServingCertReady"
+
+	// Installed file (status True).
+	CertificateMissing    Reason = "CertificateMissing"
+	CertificateUnreadable Reason = "CertificateUnreadable"
+	CertificateMalformed  Reason = "CertificateMalformed"
+
+	// Certificate content (status True).
+	CertificateInvalid          Reason = "CertificateInvalid"
+	CertificateNotYetValid      Reason = "CertificateNotYetValid"
+	CertificateExpired          Reason = "CertificateExpired"
+	CertificateUntrusted        Reason = "CertificateUntrusted"
+	CertificateIdentityMismatch Reason = "CertificateIdentityMismatch"
+
+	// CSR (status True).
+	CSRNotFound  Reason = "CSRNotFound"
+	CSRPending   Reason = "CSRPending"
+	CSRDenied    Reason = "CSRDenied"
+	CSRFailed    Reason = "CSRFailed"
+	CSRNotIssued Reason = "CSRNotIssued"
+
+	// Kubelet endpoint (status True).
+	EndpointUnreachable          Reason = "EndpointUnreachable"
+	EndpointNoCertificate        Reason = "EndpointNoCertificate"
+	EndpointNotTLS               Reason = "EndpointNotTLS"
+	EndpointHandshakeFailed      Reason = "EndpointHandshakeFailed"
+	EndpointCertificateUntrusted Reason = "EndpointCertificateUntrusted"
+	EndpointCertificateMismatch  Reason = "EndpointCertificateMismatch"
+
+	// The agent itself could not check (status Unknown).
+	CAUnavailable   Reason = "CAUnavailable"
+	CSRLookupFailed Reason = "CSRLookupFailed"
+	NotChecked      Reason = "NotChecked"
+)
+
+// AllReasons lists every reason, for metrics that export one series per reason.
+var AllReasons = []Reason{
+	Ready,
+	CertificateMissing, CertificateUnreadable, CertificateMalformed,
+	CertificateInvalid, CertificateNotYetValid, CertificateExpired, CertificateUntrusted, CertificateIdentityMismatch,
+	CSRNotFound, CSRPending, CSRDenied, CSRFailed, CSRNotIssued,
+	EndpointUnreachable, EndpointNoCertificate, EndpointNotTLS, EndpointHandshakeFailed, EndpointCertificateUntrusted, EndpointCertificateMismatch,
+	CAUnavailable, CSRLookupFailed, NotChecked,
+}
+
+// Transient reports whether r can be a passing state of a healthy kubelet
+// rotation: the symlink briefly absent, a half-written pair, or the kubelet
+// still serving its previous certificate a moment after the new file landed.
+// Such a verdict must persist for a settle period before it is published.
+func (r Reason) Transient() bool {
+	switch r {
+	case CertificateMissing, CertificateMalformed, EndpointCertificateMismatch:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,329 @@
+// Package verdict turns observations of one node (installed file, CSRs,
+// kubelet endpoint) into the KubeletServingCertNotReady condition: a status,
+// one reason per failure class and a message an operator can act on. It is a
+// pure function of its Input: no I/O, no clock, no state.
+//
+// The checks run in order (file, certificate, CSR, endpoint) and the first
+// failure decides. False ("ready") is returned only when every check ran and
+// passed: a missing observation gives Unknown, never False.
+package verdict
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/probe"
+)
+
+// DefaultConditionType is the node condition certready owns.
+const DefaultConditionType = "KubeletServingCertNotReady"
+
+// Check names one step of the verification.
+type Check string
+
+const (
+	CheckFile        Check = "file"
+	CheckCertificate Check = "certificate"
+	CheckCSR         Check = "csr"
+	CheckEndpoint    Check = "endpoint"
+)
+
+// Checks lists the checks in the order they run.
+var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint}
+
+// Input is everything the verdict is computed from.
+type Input struct {
+	Node Node
+	Now  time.Time
+	// CA verifies kubelet serving certificates; CAErr says why it could not
+	// be loaded (then nothing can be verified and the verdict is Unknown).
+	CA    *x509.CertPool
+	CAErr error
+	File  certfile.Observation
+	// CSR is nil when the CSRs were not looked at.
+	CSR *CSREvidence
+	// SkipCSR allows a verdict without CSR evidence (the node-problem-detector
+	// plugin without API credentials); the message then says so.
+	SkipCSR bool
+	// Endpoint is nil when the kubelet port was not probed.
+	Endpoint *probe.Result
+}
+
+// Node is what the verdict needs to know about the node.
+type Node struct {
+	Name        string
+	InternalIPs []netip.Addr
+}
+
+// CSREvidence is what the CSRs say, plus the proofs that survive the
+// controller manager's one-hour garbage collection of issued CSRs.
+type CSREvidence struct {
+	Match csrmatch.Result
+	// LookupErr is set when the CSRs could not be read.
+	LookupErr error
+	// Remembered is the CSR that proved this very fingerprint earlier in this
+	// process, if any: it may since have been garbage-collected.
+	Remembered *csrmatch.Result
+	// Retention is how long issued CSRs are kept (the controller manager's
+	// one hour). A certificate older than that that chains to the CA with
+	// this node's identity is accepted without a CSR.
+	Retention time.Duration
+}
+
+// Result is one check's outcome, for metrics.
+type Result struct {
+	Check  Check
+	Passed bool
+}
+
+// Verdict is the condition to publish.
+type Verdict struct {
+	Status  corev1.ConditionStatus
+	Reason  Reason
+	Message string
+	// Results lists the checks that ran, in order; the last one failed
+	// unless Status is False.
+	Results []Result
+	// Proof is how the CSR check passed, when it did.
+	Proof string
+}
+
+// Ready reports whether this verdict says the certificate is ready.
+func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
+
+// Evaluate computes the verdict.
+func Evaluate(in Input) Verdict {
+	e := evaluation{in: in}
+	if v, failed := e.file(); failed {
+		return v
+	}
+	if v, failed := e.certificate(); failed {
+		return v
+	}
+	if v, failed := e.csr(); failed {
+		return v
+	}
+	return e.endpoint()
+}
+
+// NeedsEndpoint reports whether in passes every check before the endpoint,
+// so that probing the kubelet port can decide the verdict. Callers use it to
+// skip the handshake when an earlier check already failed.
+func NeedsEndpoint(in Input) bool {
+	in.Endpoint = &probe.Result{Outcome: probe.Presented, Fingerprint: in.File.Fingerprint}
+	return Evaluate(in).Ready()
+}
+
+type evaluation struct {
+	in      Input
+	results []Result
+	proof   string
+}
+
+func (e *evaluation) pass(c Check) { e.results = append(e.results, Result{Check: c, Passed: true}) }
+
+func (e *evaluation) fail(c Check, status corev1.ConditionStatus, r Reason, format string, args ...any) (Verdict, bool) {
+	e.results = append(e.results, Result{Check: c, Passed: false})
+	return Verdict{Status: status, Reason: r, Message: fmt.Sprintf(format, args...), Results: e.results}, true
+}
+
+func (e *evaluation) file() (Verdict, bool) {
+	f := e.in.File
+	switch f.State {
+	case certfile.Present:
+		e.pass(CheckFile)
+		return Verdict{}, false
+	case certfile.Missing:
+		// With no certificate installed, the node's newest CSR is the cause
+		// an operator needs to see (typically: pending approval).
+		if ev := e.in.CSR; ev != nil && ev.LookupErr == nil {
+			if r, ok := csrReasons[ev.Match.State]; ok {
+				return e.fail(CheckFile, corev1.ConditionTrue, r, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
+			}
+			return e.fail(CheckFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
+		}
+		return e.fail(CheckFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s)", f.Detail)
+	case certfile.Malformed:
+		return e.fail(CheckFile, corev1.ConditionTrue, CertificateMalformed, "installed serving certificate is malformed: %s", f.Detail)
+	default:
+		return e.fail(CheckFile, corev1.ConditionTrue, CertificateUnreadable, "installed serving certificate cannot be read: %s", f.Detail)
+	}
+}
+
+func (e *evaluation) certificate() (Verdict, bool) {
+	in, leaf := e.in, e.in.File.Leaf
+	fp := e.in.File.Fingerprint.Short()
+	if in.CAErr != nil || in.CA == nil {
+		return e.fail(CheckCertificate, corev1.ConditionUnknown, CAUnavailable, "cannot verify certificate %s: %v", fp, orMissing(in.CAErr))
+	}
+	wantCN := csrmatch.UserPrefix + in.Node.Name
+	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
+			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)
+	}
+	if in.Now.Before(leaf.NotBefore) {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateNotYetValid,
+			"certificate %s is not valid before %s (clock skew?)", fp, stamp(leaf.NotBefore))
+	}
+	if !in.Now.Before(leaf.NotAfter) {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateExpired,
+			"certificate %s expired at %s and was not renewed", fp, stamp(leaf.NotAfter))
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range in.File.Intermediates {
+		pool.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: in.CA, Intermediates: pool, CurrentTime: in.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
+	}
+	if msg := coverage(leaf, in.Node); msg != "" {
+		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateIdentityMismatch, "certificate %s %s", fp, msg)
+	}
+	e.pass(CheckCertificate)
+	return Verdict{}, false
+}
+
+// coverage says what the certificate's SANs fail to cover, or "".
+func coverage(leaf *x509.Certificate, n Node) string {
+	if len(leaf.IPAddresses) == 0 {
+		// A DNS-only certificate must name the node.
+		for _, d := range leaf.DNSNames {
+			if strings.EqualFold(strings.TrimSuffix(d, "."), n.Name) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("has no IP SAN and no DNS SAN %q", n.Name)
+	}
+	if len(n.InternalIPs) == 0 {
+		return "has IP SANs but the node reports no InternalIP to check them against"
+	}
+	for _, want := range n.InternalIPs {
+		found := false
+		for _, ip := range leaf.IPAddresses {
+			if got, ok := netip.AddrFromSlice(ip); ok && got.Unmap() == want.Unmap() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Sprintf("does not cover the node's InternalIP %s (SANs: %s)", want, sans(leaf))
+		}
+	}
+	return ""
+}
+
+func (e *evaluation) csr() (Verdict, bool) {
+	in := e.in
+	ev := in.CSR
+	if ev == nil {
+		if in.SkipCSR {
+			e.proof = "CSR not checked (no API credentials)"
+			return Verdict{}, false
+		}
+		return e.fail(CheckCSR, corev1.ConditionUnknown, NotChecked, "the CSR check has not run yet")
+	}
+	if ev.LookupErr != nil {
+		return e.fail(CheckCSR, corev1.ConditionUnknown, CSRLookupFailed, "cannot list kubelet-serving CSRs: %v", ev.LookupErr)
+	}
+	leaf := in.File.Leaf
+	switch {
+	case ev.Match.State == csrmatch.Issued:
+		e.proof = "issued by " + ev.Match.Describe()
+	case ev.Remembered != nil:
+		e.proof = fmt.Sprintf("issued by CSR %s, verified earlier by this agent (since garbage-collected)", ev.Remembered.Name)
+	case ev.Retention > 0 && in.Now.Sub(leaf.NotBefore) > ev.Retention:
+		e.proof = fmt.Sprintf("no CSR left; certificate signed by the cluster CA for %s is older than the %s CSR retention", leaf.Subject.CommonName, ev.Retention)
+	default:
+		r, ok := csrReasons[ev.Match.State]
+		if !ok {
+			r = CSRNotFound
+		}
+		return e.fail(CheckCSR, corev1.ConditionTrue, r, "certificate %s is not explained by an approved CSR: %s", in.File.Fingerprint.Short(), ev.Match.Describe())
+	}
+	e.pass(CheckCSR)
+	return Verdict{}, false
+}
+
+var csrReasons = map[csrmatch.State]Reason{
+	csrmatch.Pending:   CSRPending,
+	csrmatch.Denied:    CSRDenied,
+	csrmatch.Failed:    CSRFailed,
+	csrmatch.NotIssued: CSRNotIssued,
+}
+
+func (e *evaluation) endpoint() Verdict {
+	in := e.in
+	ep := in.Endpoint
+	if ep == nil {
+		v, _ := e.fail(CheckEndpoint, corev1.ConditionUnknown, NotChecked, "the kubelet endpoint has not been probed yet")
+		return v
+	}
+	var r Reason
+	switch ep.Outcome {
+	case probe.Unreachable:
+		r = EndpointUnreachable
+	case probe.NoCertificate:
+		r = EndpointNoCertificate
+	case probe.NotTLS:
+		r = EndpointNotTLS
+	case probe.HandshakeFailed:
+		r = EndpointHandshakeFailed
+	case probe.Presented:
+		switch {
+		case ep.Fingerprint == in.File.Fingerprint:
+			e.pass(CheckEndpoint)
+			leaf := in.File.Leaf
+			return Verdict{
+				Status: corev1.ConditionFalse,
+				Reason: Ready,
+				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
+					in.File.Fingerprint.Short(), stamp(leaf.NotAfter), e.proof, ep.Addr),
+				Results: e.results,
+				Proof:   e.proof,
+			}
+		case ep.VerifyErr != nil:
+			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateUntrusted,
+				"%s presents %s, not the installed %s, and it does not verify: %v", ep.Addr, ep.Fingerprint.Short(), in.File.Fingerprint.Short(), ep.VerifyErr)
+			return v
+		default:
+			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateMismatch,
+				"%s presents %s (valid until %s), not the installed %s: the kubelet serves a stale certificate",
+				ep.Addr, ep.Fingerprint.Short(), stamp(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
+			return v
+		}
+	default:
+		r = EndpointHandshakeFailed
+	}
+	v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, r, "%s", ep.Describe())
+	return v
+}
+
+func sans(c *x509.Certificate) string {
+	var out []string
+	for _, ip := range c.IPAddresses {
+		out = append(out, ip.String())
+	}
+	out = append(out, c.DNSNames...)
+	return strings.Join(out, ",")
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func orMissing(err error) error {
+	if err == nil {
+		return fmt.Errorf("no CA configured")
+	}
+	return err
+}
+

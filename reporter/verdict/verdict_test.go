@@ -1,0 +1,352 @@
+package verdict_test
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+var now = time.Now()
+
+type fixture struct {
+	ca, other *testpki.CA
+	good      *testpki.Pair
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ca, err := testpki.NewCA("kubelet-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testpki.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{ca: ca, other: other}
+	f.good = f.issue(t, ca, testpki.Serving{})
+	return f
+}
+
+func (f *fixture) issue(t *testing.T, ca *testpki.CA, s testpki.Serving) *testpki.Pair {
+	t.Helper()
+	if s.Node == "" {
+		s.Node = "w1"
+	}
+	if s.IPs == nil && s.DNSNames == nil {
+		s.IPs = []net.IP{net.ParseIP("192.0.2.11")}
+	}
+	if s.NotBefore.IsZero() {
+		s.NotBefore = now.Add(-10 * time.Minute)
+	}
+	p, err := ca.Issue(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func observed(p *testpki.Pair) certfile.Observation {
+	return certfile.Observation{Path: "/var/lib/kubelet/pki/kubelet-server-current.pem", State: certfile.Present, Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
+}
+
+func presented(p *testpki.Pair) *probe.Result {
+	return &probe.Result{Outcome: probe.Presented, Addr: "192.0.2.11:10250", Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
+}
+
+// ready is an input that passes every check; cases change one thing.
+func (f *fixture) ready() verdict.Input {
+	return verdict.Input{
+		Node:     verdict.Node{Name: "w1", InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
+		Now:      now,
+		CA:       f.ca.Pool(),
+		File:     observed(f.good),
+		CSR:      &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.Issued, Name: "csr-1", Created: now.Add(-10 * time.Minute)}, Retention: time.Hour},
+		Endpoint: presented(f.good),
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		name       string
+		mutate     func(in *verdict.Input)
+		wantStatus corev1.ConditionStatus
+		wantReason verdict.Reason
+		wantText   string
+	}{
+		{name: "every check passes", mutate: func(*verdict.Input) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
+		{
+			name:       "file missing, nothing known about CSRs",
+			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}; in.CSR = nil },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "/x does not exist",
+		},
+		{
+			name: "file missing while the node's CSR is pending: the cause is the CSR",
+			mutate: func(in *verdict.Input) {
+				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
+				in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRPending, wantText: "csr-p pending approval",
+		},
+		{
+			name: "file missing and no CSR at all",
+			mutate: func(in *verdict.Input) {
+				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
+				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "no kubelet-serving CSR",
+		},
+		{
+			name:       "file unreadable",
+			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Unreadable, Detail: "/x is a directory"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateUnreadable, wantText: "is a directory",
+		},
+		{
+			name:       "file malformed",
+			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Malformed, Detail: "no CERTIFICATE block found"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMalformed, wantText: "no CERTIFICATE block",
+		},
+		{
+			name:       "CA file unusable: the agent cannot check",
+			mutate:     func(in *verdict.Input) { in.CA, in.CAErr = nil, errors.New("/ca.crt holds no certificate") },
+			wantStatus: corev1.ConditionUnknown, wantReason: verdict.CAUnavailable, wantText: "/ca.crt holds no certificate",
+		},
+		{
+			name:       "another node's certificate",
+			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{Node: "w2"})) },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: `CN="system:node:w2"`,
+		},
+		{
+			name:       "wrong organization",
+			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{Orgs: []string{"system:masters"}})) },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: "system:masters",
+		},
+		{
+			name: "client-auth only",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{EKU: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: "server auth",
+		},
+		{
+			name: "expired",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
+		},
+		{
+			name:       "not yet valid",
+			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(time.Hour)})) },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateNotYetValid, wantText: "clock skew",
+		},
+		{
+			name:       "signed by another CA",
+			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.other, testpki.Serving{})) },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateUntrusted, wantText: "does not chain",
+		},
+		{
+			name: "SANs miss the node's InternalIP",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{IPs: []net.IP{net.ParseIP("192.0.2.99")}}))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: "InternalIP 192.0.2.11",
+		},
+		{
+			name: "dual-stack node: the IPv6 InternalIP must be covered too",
+			mutate: func(in *verdict.Input) {
+				in.Node.InternalIPs = append(in.Node.InternalIPs, netip.MustParseAddr("2001:db8::11"))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: "2001:db8::11",
+		},
+		{
+			name: "DNS-only certificate naming the node passes",
+			mutate: func(in *verdict.Input) {
+				p := f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"W1."}})
+				in.File, in.Endpoint = observed(p), presented(p)
+			},
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready,
+		},
+		{
+			name: "DNS-only certificate for another name",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"w2"}}))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: `no DNS SAN "w1"`,
+		},
+		{
+			name:       "CSR check not run yet: never False",
+			mutate:     func(in *verdict.Input) { in.CSR = nil },
+			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked,
+		},
+		{
+			name:       "CSR check skipped on purpose (plugin without credentials)",
+			mutate:     func(in *verdict.Input) { in.CSR, in.SkipCSR = nil, true },
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "CSR not checked",
+		},
+		{
+			name:       "CSR lookup failed",
+			mutate:     func(in *verdict.Input) { in.CSR.LookupErr = errors.New("forbidden") },
+			wantStatus: corev1.ConditionUnknown, wantReason: verdict.CSRLookupFailed, wantText: "forbidden",
+		},
+		{
+			name:       "newer CSR pending, installed one unexplained",
+			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRPending, wantText: "csr-p",
+		},
+		{
+			name:       "CSR denied",
+			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-d", Detail: "nope"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRDenied, wantText: "denied: nope",
+		},
+		{
+			name:       "CSR failed",
+			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Failed, Name: "csr-f"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRFailed, wantText: "csr-f",
+		},
+		{
+			name:       "CSR approved, not issued",
+			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.NotIssued, Name: "csr-n"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRNotIssued, wantText: "csr-n",
+		},
+		{
+			name:       "young certificate with no CSR",
+			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.None} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRNotFound, wantText: "no kubelet-serving CSR",
+		},
+		{
+			name: "CSR garbage-collected but verified earlier by this agent",
+			mutate: func(in *verdict.Input) {
+				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
+				in.CSR.Remembered = &csrmatch.Result{State: csrmatch.Issued, Name: "csr-1"}
+			},
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "verified earlier by this agent",
+		},
+		{
+			name: "certificate installed yesterday, CSR long collected",
+			mutate: func(in *verdict.Input) {
+				p := f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-24 * time.Hour)})
+				in.File, in.Endpoint = observed(p), presented(p)
+				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
+			},
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "older than the 1h0m0s CSR retention",
+		},
+		{
+			name:       "endpoint not probed yet: never False",
+			mutate:     func(in *verdict.Input) { in.Endpoint = nil },
+			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked,
+		},
+		{
+			name:       "endpoint unreachable",
+			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointUnreachable, wantText: "192.0.2.11:10250",
+		},
+		{
+			name: "kubelet has no certificate to serve",
+			mutate: func(in *verdict.Input) {
+				in.Endpoint = &probe.Result{Outcome: probe.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNoCertificate, wantText: "internal error",
+		},
+		{
+			name:       "plain HTTP on the kubelet port",
+			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.NotTLS, Addr: "a:1"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNotTLS,
+		},
+		{
+			name:       "other handshake failure",
+			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"} },
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointHandshakeFailed, wantText: "deadline",
+		},
+		{
+			name: "kubelet still serves the previous certificate",
+			mutate: func(in *verdict.Input) {
+				in.Endpoint = presented(f.issue(t, f.ca, testpki.Serving{}))
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointCertificateMismatch, wantText: "stale",
+		},
+		{
+			name: "kubelet presents an untrusted certificate",
+			mutate: func(in *verdict.Input) {
+				ep := presented(f.issue(t, f.other, testpki.Serving{}))
+				ep.VerifyErr = errors.New("x509: certificate signed by unknown authority")
+				in.Endpoint = ep
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointCertificateUntrusted, wantText: "unknown authority",
+		},
+	}
+	seen := map[verdict.Reason]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := f.ready()
+			tc.mutate(&in)
+			v := verdict.Evaluate(in)
+			seen[v.Reason] = true
+			if v.Status != tc.wantStatus || v.Reason != tc.wantReason {
+				t.Fatalf("got %s/%s (%s), want %s/%s", v.Status, v.Reason, v.Message, tc.wantStatus, tc.wantReason)
+			}
+			if !strings.Contains(v.Message, tc.wantText) {
+				t.Errorf("message %q does not contain %q", v.Message, tc.wantText)
+			}
+			if len(v.Results) == 0 {
+				t.Fatal("no check results")
+			}
+			last := v.Results[len(v.Results)-1]
+			if last.Passed != v.Ready() {
+				t.Errorf("last check %s passed=%v for a verdict ready=%v", last.Check, last.Passed, v.Ready())
+			}
+			if v.Ready() && len(v.Results) != len(verdict.Checks) && !in.SkipCSR {
+				t.Errorf("ready after %d checks, want all %d", len(v.Results), len(verdict.Checks))
+			}
+		})
+	}
+	for _, r := range verdict.AllReasons {
+		if !seen[r] {
+			t.Errorf("no case produces reason %s", r)
+		}
+	}
+}
+
+// The installed certificate travels through a real TLS handshake into the
+// verdict: the probe and the verdict agree on identity.
+func TestEvaluateWithARealProbe(t *testing.T) {
+	f := newFixture(t)
+	p := f.issue(t, f.ca, testpki.Serving{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	addr := testpki.ServeTLS(t, p)
+	in := f.ready()
+	in.Node.InternalIPs = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	in.File = observed(p)
+	res := probe.Probe(context.Background(), probe.Target{Addr: addr, ServerName: "127.0.0.1", Roots: f.ca.Pool()})
+	in.Endpoint = &res
+	if v := verdict.Evaluate(in); !v.Ready() {
+		t.Fatalf("verdict %s: %s", v.Reason, v.Message)
+	}
+}
+
+func TestNeedsEndpoint(t *testing.T) {
+	f := newFixture(t)
+	in := f.ready()
+	in.Endpoint = nil
+	if !verdict.NeedsEndpoint(in) {
+		t.Error("a passing file/certificate/CSR should need the endpoint probe")
+	}
+	in.CSR.Match = csrmatch.Result{State: csrmatch.Pending}
+	if verdict.NeedsEndpoint(in) {
+		t.Error("a failing CSR check decides without the endpoint")
+	}
+}
