@@ -70,4 +70,3 @@ func isServingFile(name string) bool {
 	base := filepath.Base(name)
 	return strings.HasPrefix(base, "kubelet-server-")
 }
-

@@ -326,4 +326,3 @@ func orMissing(err error) error {
 	}
 	return err
 }
-

@@ -91,8 +91,11 @@ func TestEvaluate(t *testing.T) {
 	}{
 		{name: "every check passes", mutate: func(*verdict.Input) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
 		{
-			name:       "file missing, nothing known about CSRs",
-			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}; in.CSR = nil },
+			name: "file missing, nothing known about CSRs",
+			mutate: func(in *verdict.Input) {
+				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
+				in.CSR = nil
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "/x does not exist",
 		},
 		{
@@ -112,13 +115,17 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "no kubelet-serving CSR",
 		},
 		{
-			name:       "file unreadable",
-			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Unreadable, Detail: "/x is a directory"} },
+			name: "file unreadable",
+			mutate: func(in *verdict.Input) {
+				in.File = certfile.Observation{State: certfile.Unreadable, Detail: "/x is a directory"}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateUnreadable, wantText: "is a directory",
 		},
 		{
-			name:       "file malformed",
-			mutate:     func(in *verdict.Input) { in.File = certfile.Observation{State: certfile.Malformed, Detail: "no CERTIFICATE block found"} },
+			name: "file malformed",
+			mutate: func(in *verdict.Input) {
+				in.File = certfile.Observation{State: certfile.Malformed, Detail: "no CERTIFICATE block found"}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMalformed, wantText: "no CERTIFICATE block",
 		},
 		{
@@ -132,8 +139,10 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: `CN="system:node:w2"`,
 		},
 		{
-			name:       "wrong organization",
-			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{Orgs: []string{"system:masters"}})) },
+			name: "wrong organization",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{Orgs: []string{"system:masters"}}))
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: "system:masters",
 		},
 		{
@@ -151,8 +160,10 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
 		},
 		{
-			name:       "not yet valid",
-			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(time.Hour)})) },
+			name: "not yet valid",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(time.Hour)}))
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateNotYetValid, wantText: "clock skew",
 		},
 		{
@@ -205,13 +216,17 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.CSRLookupFailed, wantText: "forbidden",
 		},
 		{
-			name:       "newer CSR pending, installed one unexplained",
-			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now} },
+			name: "newer CSR pending, installed one unexplained",
+			mutate: func(in *verdict.Input) {
+				in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRPending, wantText: "csr-p",
 		},
 		{
-			name:       "CSR denied",
-			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-d", Detail: "nope"} },
+			name: "CSR denied",
+			mutate: func(in *verdict.Input) {
+				in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-d", Detail: "nope"}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRDenied, wantText: "denied: nope",
 		},
 		{
@@ -252,8 +267,10 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked,
 		},
 		{
-			name:       "endpoint unreachable",
-			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"} },
+			name: "endpoint unreachable",
+			mutate: func(in *verdict.Input) {
+				in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointUnreachable, wantText: "192.0.2.11:10250",
 		},
 		{
@@ -269,8 +286,10 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNotTLS,
 		},
 		{
-			name:       "other handshake failure",
-			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"} },
+			name: "other handshake failure",
+			mutate: func(in *verdict.Input) {
+				in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
+			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointHandshakeFailed, wantText: "deadline",
 		},
 		{
