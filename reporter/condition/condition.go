@@ -1,0 +1,168 @@
+// Package condition decides when and how the node condition is written:
+// only this condition is touched (a strategic-merge patch of nodes/status
+// keyed by type), lastTransitionTime moves only when the status changes,
+// lastHeartbeatTime on every write, unchanged content is rewritten only once
+// the heartbeat period has passed, and every transition leaves a Node event.
+package condition
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+)
+
+// Client writes one condition of one node. The fake for tests is a
+// kubernetes fake clientset behind NewClient.
+type Client interface {
+	PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error
+}
+
+// NewClient patches nodes/status through cs.
+func NewClient(cs kubernetes.Interface) Client { return kubeClient{cs} }
+
+type kubeClient struct{ cs kubernetes.Interface }
+
+func (k kubeClient) PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error {
+	patch, err := Patch(cond)
+	if err != nil {
+		return err
+	}
+	_, err = k.cs.CoreV1().Nodes().PatchStatus(ctx, node, patch)
+	if err != nil {
+		return fmt.Errorf("patching condition %s on node %s: %w", cond.Type, node, err)
+	}
+	return nil
+}
+
+// Patch is the strategic-merge patch that sets cond and nothing else: node
+// conditions merge by type, so other conditions are left as they are.
+func Patch(cond corev1.NodeCondition) ([]byte, error) {
+	return json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+}
+
+// PatchType is the patch type Patch produces.
+const PatchType = types.StrategicMergePatchType
+
+// Desired is the content the caller wants the condition to have.
+type Desired struct {
+	Status  corev1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// Config configures a Writer.
+type Config struct {
+	Node      string
+	NodeUID   types.UID
+	Type      corev1.NodeConditionType
+	Heartbeat time.Duration
+}
+
+// Outcome says what Write did.
+type Outcome string
+
+const (
+	Skipped      Outcome = "Skipped"      // content unchanged and heartbeat fresh
+	Written      Outcome = "Written"      // rewritten (heartbeat or message)
+	Transitioned Outcome = "Transitioned" // status or reason changed
+)
+
+// Writer publishes the condition. It is not safe for concurrent use: the
+// agent writes from one worker.
+type Writer struct {
+	cfg      Config
+	client   Client
+	recorder record.EventRecorder
+	last     *corev1.NodeCondition // what this process last wrote
+}
+
+// NewWriter returns a Writer; recorder may be nil (no events).
+func NewWriter(cfg Config, client Client, recorder record.EventRecorder) *Writer {
+	return &Writer{cfg: cfg, client: client, recorder: recorder}
+}
+
+// Write publishes d at now. current is the condition as the node shows it
+// (from the informer; nil if absent). The newer of current and this
+// process's last write is the baseline, so a restart keeps the node's
+// lastTransitionTime and a lagging informer does not cause a rewrite.
+func (w *Writer) Write(ctx context.Context, now time.Time, d Desired, current *corev1.NodeCondition) (Outcome, error) {
+	base := newer(current, w.last)
+	if base != nil && same(base, d) && now.Sub(base.LastHeartbeatTime.Time) < w.cfg.Heartbeat {
+		return Skipped, nil
+	}
+	cond := corev1.NodeCondition{
+		Type:               w.cfg.Type,
+		Status:             d.Status,
+		Reason:             d.Reason,
+		Message:            d.Message,
+		LastHeartbeatTime:  metav1.NewTime(now),
+		LastTransitionTime: metav1.NewTime(now),
+	}
+	if base != nil && base.Status == d.Status {
+		cond.LastTransitionTime = base.LastTransitionTime
+	}
+	if err := w.client.PatchCondition(ctx, w.cfg.Node, cond); err != nil {
+		return "", err
+	}
+	w.last = &cond
+	if base != nil && base.Status == d.Status && base.Reason == d.Reason {
+		return Written, nil
+	}
+	w.event(base, cond)
+	return Transitioned, nil
+}
+
+func (w *Writer) event(from *corev1.NodeCondition, to corev1.NodeCondition) {
+	if w.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.cfg.Node, UID: w.cfg.NodeUID}
+	kind := corev1.EventTypeWarning
+	if to.Status == corev1.ConditionFalse {
+		kind = corev1.EventTypeNormal
+	}
+	was := "unset"
+	if from != nil {
+		was = fmt.Sprintf("%s/%s", from.Status, from.Reason)
+	}
+	w.recorder.Eventf(ref, kind, to.Reason, "%s=%s (was %s): %s", w.cfg.Type, to.Status, was, to.Message)
+}
+
+// Last is what this process last wrote, or nil.
+func (w *Writer) Last() *corev1.NodeCondition { return w.last }
+
+func same(c *corev1.NodeCondition, d Desired) bool {
+	return c.Status == d.Status && c.Reason == d.Reason && c.Message == d.Message
+}
+
+func newer(a, b *corev1.NodeCondition) *corev1.NodeCondition {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case b.LastHeartbeatTime.After(a.LastHeartbeatTime.Time):
+		return b
+	}
+	return a
+}
+
+// Find returns node's condition of type t, or nil.
+func Find(node *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	if node == nil {
+		return nil
+	}
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == t {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
