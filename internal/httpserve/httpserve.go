@@ -1,0 +1,89 @@
+// Package httpserve runs the small HTTP endpoints every certready process
+// exposes: Prometheus metrics, /healthz (the process is alive) and /readyz
+// (caches synced and the first piece of work done).
+package httpserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// Readiness is flipped once by the process when it can do its job.
+type Readiness struct {
+	ready  atomic.Bool
+	reason atomic.Value // string: why not ready yet
+}
+
+// NewReadiness starts not ready, with reason.
+func NewReadiness(reason string) *Readiness {
+	r := &Readiness{}
+	r.reason.Store(reason)
+	return r
+}
+
+// Set marks the process ready (or not, with a reason).
+func (r *Readiness) Set(ready bool, reason string) {
+	r.reason.Store(reason)
+	r.ready.Store(ready)
+}
+
+// Ready reports the current state.
+func (r *Readiness) Ready() bool { return r.ready.Load() }
+
+// HealthMux serves /healthz and /readyz.
+func HealthMux(r *Readiness) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !r.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", r.reason.Load())
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// MetricsMux serves /metrics from reg.
+func MetricsMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+// Serve listens on addr and serves h until ctx ends. An empty addr disables
+// the server. The listener is opened before Serve returns an error, so a
+// port already in use fails start-up with a message naming the flag.
+func Serve(ctx context.Context, flag, addr string, h http.Handler) (func() error, error) {
+	if addr == "" || addr == "0" {
+		return func() error { return nil }, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s=%s: %w", flag, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	klog.FromContext(ctx).Info("Serving", "flag", flag, "addr", ln.Addr().String())
+	return func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("--%s=%s: %w", flag, addr, err)
+		}
+		return nil
+	}, nil
+}

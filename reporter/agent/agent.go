@@ -1,0 +1,400 @@
+// Package agent runs the per-node loop: file events, its Node and its
+// labelled CSRs, a timer at the certificate's NotAfter and a periodic resync
+// all enqueue one check; a single worker observes (certfile, csrmatch,
+// probe), decides (verdict) and publishes (condition), with metrics.
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/condition"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// DefaultKubeletPort is used when neither the flag nor the Node says otherwise.
+const DefaultKubeletPort = 10250
+
+// Config is the agent's configuration; Defaults fills the zero values.
+type Config struct {
+	NodeName      string
+	PKIDir        string
+	CAFile        string
+	KubeletPort   int // 0: the Node's daemonEndpoints, else 10250
+	ConditionType corev1.NodeConditionType
+	Heartbeat     time.Duration
+	Resync        time.Duration
+	// Settle is how long a state that a healthy rotation passes through
+	// (file briefly absent, kubelet still serving the previous certificate)
+	// must persist before it is published.
+	Settle       time.Duration
+	ProbeTimeout time.Duration
+	// CSRRetention is how long the controller manager keeps issued CSRs.
+	CSRRetention time.Duration
+	// FallbackBackoff bounds the signer-wide CSR list used while no
+	// labelled CSR explains the installed certificate.
+	FallbackMinBackoff, FallbackMaxBackoff time.Duration
+}
+
+// Defaults returns c with zero values replaced by the documented defaults.
+func (c Config) Defaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.PKIDir == "" {
+		c.PKIDir = certfile.DefaultDir
+	}
+	if c.ConditionType == "" {
+		c.ConditionType = verdict.DefaultConditionType
+	}
+	def(&c.Heartbeat, 5*time.Minute)
+	def(&c.Resync, time.Minute)
+	def(&c.Settle, 2*time.Second)
+	def(&c.ProbeTimeout, probe.DefaultTimeout)
+	def(&c.CSRRetention, time.Hour)
+	def(&c.FallbackMinBackoff, 5*time.Second)
+	def(&c.FallbackMaxBackoff, 5*time.Minute)
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("--node-name is empty: set it, or NODE_NAME from the downward API (fieldRef spec.nodeName)")
+	case c.CAFile == "":
+		return errors.New("--ca-file is empty: name the CA that signs kubelet serving certificates")
+	case c.KubeletPort < 0 || c.KubeletPort > 65535:
+		return fmt.Errorf("--kubelet-port=%d is not a port (0 means: from the Node object)", c.KubeletPort)
+	case c.Resync <= 0 || c.Heartbeat <= 0:
+		return errors.New("--resync and --heartbeat must be positive")
+	}
+	return nil
+}
+
+const checkKey = "check"
+
+// Agent is one node's reporter.
+type Agent struct {
+	cfg     Config
+	client  kubernetes.Interface
+	metrics *metrics
+	ready   *httpserve.Readiness
+	now     func() time.Time
+
+	queue    workqueue.TypedRateLimitingInterface[string]
+	nodes    corelisters.NodeLister
+	csrs     *csrSource
+	writer   *condition.Writer
+	recorder record.EventRecorder
+
+	// Worker-only state.
+	proven  *provenCSR // the CSR that proved the current fingerprint
+	pending pendingState
+	checks  int
+}
+
+type provenCSR struct {
+	fp  fingerprint.SHA256
+	csr csrmatch.Result
+}
+
+type pendingState struct {
+	reason verdict.Reason
+	since  time.Time
+}
+
+// New builds an agent. reg receives its metrics; ready is flipped once the
+// caches synced and the first check completed.
+func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness) (*Agent, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Agent{
+		cfg:     cfg,
+		client:  client,
+		metrics: newMetrics(reg),
+		ready:   ready,
+		now:     time.Now,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-agent"}),
+	}, nil
+}
+
+// Run watches and checks until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	defer a.queue.ShutDown()
+
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
+		}))
+	csrFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{csrmatch.NodeLabel: a.cfg.NodeName}.String()
+		}))
+	nodeInformer := nodeFactory.Core().V1().Nodes()
+	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()
+	enqueue := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.queue.Add(checkKey) },
+		UpdateFunc: func(any, any) { a.queue.Add(checkKey) },
+		DeleteFunc: func(any) { a.queue.Add(checkKey) },
+	}
+	if _, err := nodeInformer.Informer().AddEventHandler(enqueue); err != nil {
+		return err
+	}
+	if _, err := csrInformer.Informer().AddEventHandler(enqueue); err != nil {
+		return err
+	}
+	a.nodes = nodeInformer.Lister()
+	a.csrs = &csrSource{
+		node: a.cfg.NodeName, labelled: csrInformer.Lister(), client: a.client,
+		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(4)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
+
+	nodeFactory.Start(ctx.Done())
+	csrFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer csrFactory.Shutdown()
+	logger.Info("Waiting for caches", "pkiDir", a.cfg.PKIDir, "conditionType", a.cfg.ConditionType)
+	for typ, ok := range nodeFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("cache for %v did not sync", typ)
+		}
+	}
+	for typ, ok := range csrFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("cache for %v did not sync", typ)
+		}
+	}
+
+	go func() {
+		_ = certfile.Watch(ctx, a.cfg.PKIDir, 5*time.Second, func() { a.queue.Add(checkKey) })
+	}()
+	go func() {
+		<-ctx.Done()
+		a.queue.ShutDown()
+	}()
+	a.queue.Add(checkKey)
+	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat)
+	for a.processNext(ctx) {
+	}
+	return nil
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	key, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(key)
+	next, err := a.Check(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Check failed; retrying")
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	a.queue.AddAfter(key, next)
+	return true
+}
+
+// Check runs one check and publishes its verdict. It returns how long until
+// the next check is due (the resync, or sooner for a settle period or a
+// certificate validity boundary).
+func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	node, err := a.nodes.Get(a.cfg.NodeName)
+	if apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("node %s not found: is --node-name right?", a.cfg.NodeName)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if a.writer == nil {
+		a.writer = condition.NewWriter(condition.Config{
+			Node: node.Name, NodeUID: node.UID, Type: a.cfg.ConditionType, Heartbeat: a.cfg.Heartbeat,
+		}, condition.NewClient(a.client), a.recorder)
+	}
+	now := a.now()
+	in := verdict.Input{Node: nodeInfo(node), Now: now}
+	in.CA, in.CAErr = LoadCA(a.cfg.CAFile)
+
+	start := time.Now()
+	in.File = certfile.Read(a.cfg.PKIDir)
+	a.metrics.observe(verdict.CheckFile, time.Since(start))
+	if in.File.State == certfile.Present {
+		a.metrics.notAfter.Set(float64(in.File.Leaf.NotAfter.Unix()))
+		a.metrics.observation.Set(1)
+	} else {
+		a.metrics.notAfter.Set(0)
+		a.metrics.observation.Set(0)
+	}
+
+	start = time.Now()
+	proven := a.proven != nil && a.proven.fp == in.File.Fingerprint && !in.File.Fingerprint.IsZero()
+	ev := &verdict.CSREvidence{Retention: a.cfg.CSRRetention}
+	ev.Match, ev.LookupErr = a.csrs.evidence(ctx, now, in.File.Fingerprint, proven)
+	if proven {
+		ev.Remembered = &a.proven.csr
+	}
+	in.CSR = ev
+	a.metrics.observe(verdict.CheckCSR, time.Since(start))
+
+	if verdict.NeedsEndpoint(in) {
+		start = time.Now()
+		res := probe.Probe(ctx, a.target(node, in))
+		a.metrics.observe(verdict.CheckEndpoint, time.Since(start))
+		in.Endpoint = &res
+	}
+	v := verdict.Evaluate(in)
+	a.metrics.evaluated(v)
+	a.checks++
+	if ev.Match.State == csrmatch.Issued && v.Ready() {
+		a.proven = &provenCSR{fp: in.File.Fingerprint, csr: ev.Match}
+	}
+
+	next := a.cfg.Resync
+	if in.File.State == certfile.Present {
+		next = min(next, untilBoundary(now, in.File.Leaf))
+	}
+	if wait := a.settle(v, now); wait > 0 {
+		logger.V(2).Info("Waiting for a possibly transient state to settle", "reason", v.Reason, "wait", wait)
+		return min(next, wait), nil
+	}
+
+	out, err := a.writer.Write(ctx, now, condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message},
+		condition.Find(node, a.cfg.ConditionType))
+	if err != nil {
+		a.metrics.writes.WithLabelValues("Error").Inc()
+		return 0, err
+	}
+	a.metrics.writes.WithLabelValues(string(out)).Inc()
+	a.metrics.published(v, now, out == condition.Transitioned)
+	if out == condition.Transitioned {
+		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
+	}
+	if a.ready != nil && !a.ready.Ready() {
+		a.ready.Set(true, "")
+	}
+	return next, nil
+}
+
+// settle returns how long to wait before publishing v, or 0 to publish now.
+func (a *Agent) settle(v verdict.Verdict, now time.Time) time.Duration {
+	last := a.writer.Last()
+	if !v.Reason.Transient() || (last != nil && last.Reason == string(v.Reason)) {
+		a.pending = pendingState{}
+		return 0
+	}
+	if a.pending.reason != v.Reason {
+		a.pending = pendingState{reason: v.Reason, since: now}
+	}
+	if wait := a.cfg.Settle - now.Sub(a.pending.since); wait > 0 {
+		return wait
+	}
+	return 0
+}
+
+func (a *Agent) target(node *corev1.Node, in verdict.Input) probe.Target {
+	port := a.cfg.KubeletPort
+	if port == 0 {
+		port = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	}
+	if port == 0 {
+		port = DefaultKubeletPort
+	}
+	host, name := node.Name, node.Name
+	if len(in.Node.InternalIPs) > 0 {
+		host = in.Node.InternalIPs[0].String()
+		if len(in.File.Leaf.IPAddresses) > 0 {
+			name = host
+		}
+	}
+	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: a.cfg.ProbeTimeout}
+}
+
+// untilBoundary is the time until the certificate's next validity edge
+// (NotBefore in the future, else NotAfter), plus a second so that the check
+// lands on the far side of it.
+func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
+	edge := leaf.NotAfter
+	if now.Before(leaf.NotBefore) {
+		edge = leaf.NotBefore
+	}
+	d := edge.Sub(now) + time.Second
+	if d < time.Second {
+		return time.Duration(1<<63 - 1)
+	}
+	return d
+}
+
+func nodeInfo(n *corev1.Node) verdict.Node {
+	info := verdict.Node{Name: n.Name}
+	for _, addr := range n.Status.Addresses {
+		if addr.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(addr.Address); err == nil {
+			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
+		}
+	}
+	return info
+}
+
+// LoadCA reads a PEM bundle; an error names the file and what is wrong.
+func LoadCA(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %w", path, err)
+	}
+	certs, err := certfile.ParseCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %v", path, err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool, nil
+}

@@ -1,0 +1,439 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/agent"
+	"github.com/certready/certready/reporter/condition"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// kubelet is a stand-in for the kubelet's serving port: it presents
+// whatever certificate it was last given, or fails the handshake with
+// internal_error when it has none, exactly like the kubelet's GetCertificate.
+type kubelet struct {
+	cert       atomic.Pointer[tls.Certificate]
+	handshakes atomic.Int64
+	port       int
+}
+
+func startKubelet(t *testing.T) *kubelet {
+	t.Helper()
+	k := &kubelet{}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			k.handshakes.Add(1)
+			if c := k.cert.Load(); c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no serving certificate available for the kubelet")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.port = ln.Addr().(*net.TCPAddr).Port
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _ = c.(*tls.Conn).Handshake() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return k
+}
+
+func (k *kubelet) serve(p *testpki.Pair) {
+	k.cert.Store(&tls.Certificate{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert})
+}
+
+type harness struct {
+	t       *testing.T
+	ca      *testpki.CA
+	dir     string
+	cs      *fake.Clientset
+	kubelet *kubelet
+	reg     *prometheus.Registry
+	ready   *httpserve.Readiness
+	mu      sync.Mutex
+	patches []corev1.NodeCondition
+}
+
+func newHarness(t *testing.T, objs ...runtime.Object) *harness {
+	t.Helper()
+	ca, err := testpki.NewCA("kubelet-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, ca: ca, dir: t.TempDir(), kubelet: startKubelet(t), reg: prometheus.NewRegistry(), ready: httpserve.NewReadiness("starting")}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", UID: "uid-1"}}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: "w1"}}
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(h.kubelet.port)
+	h.cs = fake.NewClientset(append([]runtime.Object{node}, objs...)...)
+	h.cs.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var p struct {
+			Status struct {
+				Conditions []corev1.NodeCondition `json:"conditions"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &p); err != nil {
+			t.Errorf("undecodable patch: %v", err)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.patches = append(h.patches, p.Status.Conditions...)
+		return false, nil, nil
+	})
+	if err := os.WriteFile(filepath.Join(h.dir, "..", "ca.crt"), ca.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) run(cfg agent.Config) *agent.Agent {
+	h.t.Helper()
+	cfg.NodeName = "w1"
+	cfg.PKIDir = h.dir
+	cfg.CAFile = filepath.Join(h.dir, "..", "ca.crt")
+	if cfg.Settle == 0 {
+		cfg.Settle = 200 * time.Millisecond
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = time.Hour // prove the agent reacts to events, not to the resync
+	}
+	a, err := agent.New(cfg, h.cs, h.reg, h.ready)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	h.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("agent: %v", err)
+		}
+	})
+	return a
+}
+
+func (h *harness) condition() *corev1.NodeCondition {
+	n, err := h.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return condition.Find(n, verdict.DefaultConditionType)
+}
+
+// waitFor polls the node until its condition has reason, or fails at the deadline.
+func (h *harness) waitFor(reason verdict.Reason) *corev1.NodeCondition {
+	h.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var last *corev1.NodeCondition
+	for time.Now().Before(deadline) {
+		if last = h.condition(); last != nil && last.Reason == string(reason) {
+			return last
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatalf("condition never reached %s; last: %+v", reason, last)
+	return nil
+}
+
+func (h *harness) issue(node string) *testpki.Pair {
+	h.t.Helper()
+	p, err := h.ca.Issue(testpki.Serving{Node: node, IPs: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-5 * time.Minute)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+func (h *harness) install(p *testpki.Pair) {
+	h.t.Helper()
+	if _, err := testpki.Install(h.dir, p, time.Now()); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func labelledCSR(name string, created time.Time) *certv1.CertificateSigningRequest {
+	return &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{csrmatch.NodeLabel: "w1"}, CreationTimestamp: metav1.NewTime(created)},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: csrmatch.SignerName, Username: "system:node:w1"},
+	}
+}
+
+func (h *harness) issueCSR(name string, p *testpki.Pair) {
+	h.t.Helper()
+	ctx := context.Background()
+	c, err := h.cs.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test"})
+	c.Status.Certificate = p.CertPEM()
+	if _, err := h.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) createCSR(c *certv1.CertificateSigningRequest) {
+	h.t.Helper()
+	if _, err := h.cs.CertificatesV1().CertificateSigningRequests().Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestBootstrapThenRotation(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.run(agent.Config{})
+
+	c := h.waitFor(verdict.CSRPending)
+	if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "csr-1") {
+		t.Fatalf("bootstrap condition %+v", c)
+	}
+	if !h.ready.Ready() {
+		t.Error("not ready after a published check")
+	}
+
+	// Approval, issue, installation, serving: the node becomes ready.
+	first := h.issue("w1")
+	h.issueCSR("csr-1", first)
+	h.install(first)
+	h.kubelet.serve(first)
+	c = h.waitFor(verdict.Ready)
+	if c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "issued by CSR csr-1") {
+		t.Fatalf("ready condition %+v", c)
+	}
+	if got := value(t, h.reg, "certready_kubelet_serving_cert_ready", nil); got != 1 {
+		t.Errorf("ready metric %v", got)
+	}
+	readyAt := c.LastTransitionTime
+
+	// Rotation: the new file lands but the kubelet keeps serving the old one.
+	second := h.issue("w1")
+	h.createCSR(labelledCSR("csr-2", time.Now()))
+	h.issueCSR("csr-2", second)
+	h.install(second)
+	c = h.waitFor(verdict.EndpointCertificateMismatch)
+	if c.Status != corev1.ConditionTrue || !c.LastTransitionTime.After(readyAt.Time) && !c.LastTransitionTime.Equal(&readyAt) {
+		t.Fatalf("mismatch condition %+v", c)
+	}
+
+	// The kubelet picks the new certificate up.
+	h.kubelet.serve(second)
+	h.queueNudge()
+	c = h.waitFor(verdict.Ready)
+	if !strings.Contains(c.Message, "csr-2") {
+		t.Errorf("ready message %q does not name csr-2", c.Message)
+	}
+}
+
+// queueNudge makes a file event: the agent re-checks on pki folder changes.
+func (h *harness) queueNudge() {
+	h.t.Helper()
+	if err := os.WriteFile(filepath.Join(h.dir, "kubelet-server-nudge.tmp"), nil, 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestNoFalseBeforeACompleteCheck(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	p := h.issue("w1")
+	h.issueCSR("csr-1", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	h.cs.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), `"status":"False"`) && h.kubelet.handshakes.Load() == 0 {
+			t.Errorf("False published before the kubelet endpoint was probed")
+		}
+		return false, nil, nil
+	})
+	h.run(agent.Config{})
+	h.waitFor(verdict.Ready)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.patches) != 1 {
+		t.Errorf("%d patches, want exactly one (no intermediate states): %+v", len(h.patches), h.patches)
+	}
+}
+
+func TestRotationGapIsNotPublished(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	p := h.issue("w1")
+	h.issueCSR("csr-1", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	h.run(agent.Config{Settle: time.Second})
+	h.waitFor(verdict.Ready)
+
+	// The kubelet's own sequence: file removed, then a new symlink renamed
+	// onto it. Here the gap is stretched to a tenth of the settle period.
+	current := filepath.Join(h.dir, "kubelet-server-current.pem")
+	target, err := os.Readlink(current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(current); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the gap being simulated, not a wait for a condition
+	if err := os.Symlink(target, current); err != nil {
+		t.Fatal(err)
+	}
+	h.queueNudge()
+	// Wait until the agent has certainly re-checked after the gap.
+	deadline := time.Now().Add(10 * time.Second)
+	for value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"}) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never re-checked")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.patches {
+		if c.Reason == string(verdict.CertificateMissing) {
+			t.Fatalf("the rotation gap was published: %+v", c)
+		}
+	}
+}
+
+func TestPersistentMissingFileIsPublishedAfterSettle(t *testing.T) {
+	h := newHarness(t)
+	h.run(agent.Config{})
+	c := h.waitFor(verdict.CertificateMissing)
+	if !strings.Contains(c.Message, "no kubelet-serving CSR from this node exists") {
+		t.Errorf("message %q", c.Message)
+	}
+}
+
+func TestGarbageCollectedCSRKeepsAVerifiedNodeReady(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	p := h.issue("w1")
+	h.issueCSR("csr-1", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	h.run(agent.Config{})
+	h.waitFor(verdict.Ready)
+	if err := h.cs.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), "csr-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c := h.condition()
+		if strings.Contains(c.Message, "since garbage-collected") {
+			if c.Status != corev1.ConditionFalse {
+				t.Fatalf("condition %+v", c)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message never named the remembered proof: %+v", c)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestUnlabelledCSRIsFoundByTheBoundedFallback(t *testing.T) {
+	unlabelled := labelledCSR("csr-x", time.Now())
+	unlabelled.Labels = nil
+	h := newHarness(t, unlabelled)
+	p := h.issue("w1")
+	h.issueCSR("csr-x", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	h.run(agent.Config{})
+	c := h.waitFor(verdict.Ready)
+	if !strings.Contains(c.Message, "csr-x") {
+		t.Errorf("message %q does not name the CSR found by the fallback", c.Message)
+	}
+}
+
+func TestConfigErrorsNameTheFlag(t *testing.T) {
+	cases := map[string]agent.Config{
+		"--node-name":    {CAFile: "/ca"},
+		"--ca-file":      {NodeName: "w1"},
+		"--kubelet-port": {NodeName: "w1", CAFile: "/ca", KubeletPort: 70000},
+	}
+	for flag, cfg := range cases {
+		_, err := agent.New(cfg, fake.NewClientset(), prometheus.NewRegistry(), nil)
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err = %v", flag, err)
+		}
+	}
+}
+
+func TestLoadCA(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.crt")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.LoadCA(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no CERTIFICATE") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := agent.LoadCA(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// value reads one series from reg: the first metric named name whose
+// labels include want.
+func value(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// metrics are the agent's Prometheus series. An agent reports one node, so
+// no series carries a node label (the scrape target adds it), and none ever
+// carries key material.
+type metrics struct {
+	ready         prometheus.Gauge
+	reason        *prometheus.GaugeVec
+	notAfter      prometheus.Gauge
+	observation   prometheus.Gauge
+	checkPassed   *prometheus.GaugeVec
+	checkDuration *prometheus.HistogramVec
+	transitions   *prometheus.CounterVec
+	lastSuccess   prometheus.Gauge
+	writes        *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_kubelet_serving_cert_ready",
+			Help: "1 when the last published condition says the kubelet serving certificate is ready (status False), else 0.",
+		}),
+		reason: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_condition_reason",
+			Help: "1 for the reason of the last published condition, 0 for every other reason.",
+		}, []string{"reason"}),
+		notAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_certificate_not_after_seconds",
+			Help: "NotAfter of the installed kubelet serving certificate, as Unix seconds (0 when none is installed).",
+		}),
+		observation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_observation_available",
+			Help: "1 when the installed certificate could be read at the last check, else 0.",
+		}),
+		checkPassed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_check_passed",
+			Help: "Result of each check at the last evaluation: 1 passed, 0 failed; absent when the check did not run.",
+		}, []string{"check"}),
+		checkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "certready_check_duration_seconds",
+			Help:    "Time spent observing each check's evidence.",
+			Buckets: []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5},
+		}, []string{"check"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_condition_transitions_total",
+			Help: "Condition transitions published, by the new reason.",
+		}, []string{"reason"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_last_successful_check_timestamp_seconds",
+			Help: "Unix time of the last check that reached a verdict (status True or False) and was published.",
+		}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_condition_writes_total",
+			Help: "Condition writes by outcome (Transitioned, Written, Skipped, Error).",
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes)
+	for _, r := range verdict.AllReasons {
+		m.reason.WithLabelValues(string(r)).Set(0)
+	}
+	return m
+}
+
+func (m *metrics) observe(c verdict.Check, d time.Duration) {
+	m.checkDuration.WithLabelValues(string(c)).Observe(d.Seconds())
+}
+
+func (m *metrics) evaluated(v verdict.Verdict) {
+	ran := map[verdict.Check]bool{}
+	for _, r := range v.Results {
+		ran[r.Check] = true
+		if r.Passed {
+			m.checkPassed.WithLabelValues(string(r.Check)).Set(1)
+		} else {
+			m.checkPassed.WithLabelValues(string(r.Check)).Set(0)
+		}
+	}
+	for _, c := range verdict.Checks {
+		if !ran[c] {
+			m.checkPassed.DeleteLabelValues(string(c))
+		}
+	}
+}
+
+func (m *metrics) published(v verdict.Verdict, now time.Time, transitioned bool) {
+	for _, r := range verdict.AllReasons {
+		val := 0.0
+		if r == v.Reason {
+			val = 1
+		}
+		m.reason.WithLabelValues(string(r)).Set(val)
+	}
+	if v.Ready() {
+		m.ready.Set(1)
+	} else {
+		m.ready.Set(0)
+	}
+	if transitioned {
+		m.transitions.WithLabelValues(string(v.Reason)).Inc()
+	}
+	if v.Status != corev1.ConditionUnknown {
+		m.lastSuccess.Set(float64(now.Unix()))
+	}
+}
