@@ -229,6 +229,9 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	}
 	defer a.queue.Done(key)
 	next, err := a.Check(ctx)
+	if ctx.Err() != nil {
+		return false
+	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Check failed; retrying")
 		a.queue.AddRateLimited(key)
@@ -286,6 +289,10 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		res := probe.Probe(ctx, a.target(node, in))
 		a.metrics.observe(verdict.CheckEndpoint, time.Since(start))
 		in.Endpoint = &res
+	}
+	if err := ctx.Err(); err != nil {
+		// Shutting down: a probe cut short says nothing about the kubelet.
+		return 0, err
 	}
 	v := verdict.Evaluate(in)
 	a.metrics.evaluated(v)

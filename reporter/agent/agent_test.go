@@ -116,7 +116,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	return h
 }
 
-func (h *harness) run(cfg agent.Config) *agent.Agent {
+func (h *harness) run(cfg agent.Config) (stop func()) {
 	h.t.Helper()
 	cfg.NodeName = "w1"
 	cfg.PKIDir = h.dir
@@ -134,13 +134,17 @@ func (h *harness) run(cfg agent.Config) *agent.Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("agent: %v", err)
-		}
-	})
-	return a
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("agent: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return stop
 }
 
 func (h *harness) condition() *corev1.NodeCondition {
@@ -218,9 +222,7 @@ func TestBootstrapThenRotation(t *testing.T) {
 	if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "csr-1") {
 		t.Fatalf("bootstrap condition %+v", c)
 	}
-	if !h.ready.Ready() {
-		t.Error("not ready after a published check")
-	}
+	h.poll("readiness after the first published check", h.ready.Ready)
 
 	// Approval, issue, installation, serving: the node becomes ready.
 	first := h.issue("w1")
@@ -255,6 +257,18 @@ func TestBootstrapThenRotation(t *testing.T) {
 	}
 }
 
+// poll waits for cond, or fails at the deadline.
+func (h *harness) poll(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // queueNudge makes a file event: the agent re-checks on pki folder changes.
 func (h *harness) queueNudge() {
 	h.t.Helper()
@@ -284,6 +298,22 @@ func TestNoFalseBeforeACompleteCheck(t *testing.T) {
 	}
 }
 
+func TestShutdownPublishesNothing(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	p := h.issue("w1")
+	h.issueCSR("csr-1", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	stop := h.run(agent.Config{})
+	h.waitFor(verdict.Ready)
+	stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.patches) != 1 {
+		t.Errorf("%d patches, want only the ready one: %+v", len(h.patches), h.patches)
+	}
+}
+
 func TestRotationGapIsNotPublished(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
 	p := h.issue("w1")
@@ -309,13 +339,9 @@ func TestRotationGapIsNotPublished(t *testing.T) {
 	}
 	h.queueNudge()
 	// Wait until the agent has certainly re-checked after the gap.
-	deadline := time.Now().Add(10 * time.Second)
-	for value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"}) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never re-checked")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	h.poll("a re-check after the gap", func() bool {
+		return value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"}) >= 1
+	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.patches {

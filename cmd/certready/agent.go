@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/agent"
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+const serviceAccountCA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+
+func runAgent(ctx context.Context, args []string) int {
+	fs := newFlagSet("agent", "Verify this node's kubelet serving certificate (installed file, certificate, approved CSR,\n"+
+		"certificate presented on the kubelet port) and publish the node condition\n"+
+		"KubeletServingCertNotReady: False only when every check passed, True with a reason otherwise.")
+	var cfg agent.Config
+	var condType string
+	var metricsAddr, healthAddr string
+	var kf kubeFlags
+	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "This node's name (default: $NODE_NAME, set it from the downward API spec.nodeName).")
+	fs.StringVar(&cfg.PKIDir, "kubelet-pki-dir", certfile.DefaultDir, "The kubelet's --cert-dir. Mount it at this same path: the kubelet's symlink target is absolute.")
+	fs.StringVar(&cfg.CAFile, "ca-file", serviceAccountCA, "PEM bundle of the CA that signs kubelet serving certificates.")
+	fs.IntVar(&cfg.KubeletPort, "kubelet-port", 0, "Kubelet port to probe. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
+	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "Node condition type to publish.")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", agent.Config{}.Defaults().Heartbeat, "Rewrite an unchanged condition at least this often (lastHeartbeatTime).")
+	fs.DurationVar(&cfg.Resync, "resync", agent.Config{}.Defaults().Resync, "Re-check at least this often, besides file, Node and CSR events.")
+	fs.DurationVar(&cfg.Settle, "settle", agent.Config{}.Defaults().Settle, "How long a state a healthy rotation passes through (file briefly absent, old certificate still served) must last before it is published.")
+	fs.DurationVar(&cfg.ProbeTimeout, "probe-timeout", agent.Config{}.Defaults().ProbeTimeout, "Timeout of the TLS handshake with the kubelet port.")
+	fs.DurationVar(&cfg.CSRRetention, "csr-retention", agent.Config{}.Defaults().CSRRetention, "How long the controller manager keeps issued CSRs; an older certificate from the CA with this node's identity needs no CSR.")
+	fs.StringVar(&metricsAddr, "metrics-addr", ":9721", "Address for Prometheus /metrics (empty: off).")
+	fs.StringVar(&healthAddr, "health-addr", ":9722", "Address for /healthz and /readyz (empty: off).")
+	kf.add(fs, 5, 10)
+	addLogFlags(fs)
+	if code := parseOrExit(fs, args); code >= 0 {
+		return code
+	}
+	cfg.ConditionType = corev1.NodeConditionType(condType)
+	logger := klog.FromContext(ctx)
+
+	client, err := kf.client("certready-agent/" + version)
+	if err != nil {
+		logger.Error(err, "Cannot build the API client")
+		return 1
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := httpserve.NewReadiness("caches not synced, no check completed")
+	a, err := agent.New(cfg, client, reg, ready)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "certready agent: %v\n", err)
+		return 2
+	}
+	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, a.Run)
+}
+
+// serveAndRun runs the metrics and health servers beside run, until ctx ends
+// or one of them fails.
+func serveAndRun(ctx context.Context, reg *prometheus.Registry, ready *httpserve.Readiness, metricsAddr, healthAddr string, run func(context.Context) error) int {
+	logger := klog.FromContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	servers := []struct {
+		flag, addr string
+		serve      func() error
+		err        error
+	}{{flag: "metrics-addr", addr: metricsAddr}, {flag: "health-addr", addr: healthAddr}}
+	if metricsAddr != "" && metricsAddr == healthAddr {
+		mux := httpserve.HealthMux(ready)
+		mux.Handle("/metrics", httpserve.MetricsMux(reg))
+		servers = servers[:1]
+		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, mux)
+	} else {
+		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, httpserve.MetricsMux(reg))
+		servers[1].serve, servers[1].err = httpserve.Serve(gctx, "health-addr", healthAddr, httpserve.HealthMux(ready))
+	}
+	for _, s := range servers {
+		if s.err != nil {
+			logger.Error(s.err, "Cannot listen")
+			return 1
+		}
+		g.Go(s.serve)
+	}
+	g.Go(func() error { return run(gctx) })
+	if err := g.Wait(); err != nil {
+		logger.Error(err, "Stopped")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// EnvPrefix: every flag --foo-bar can also be set as CERTREADY_FOO_BAR.
+const EnvPrefix = "CERTREADY_"
+
+// EnvName is the environment variable that backs a flag.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// newFlagSet returns a flag set whose help lists each flag's env variable.
+func newFlagSet(name, summary string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s):\n%s",
+			name, summary, EnvPrefix, EnvName("node-name"), fs.FlagUsages())
+	}
+	return fs
+}
+
+// addLogFlags adds klog's -v and --vmodule.
+func addLogFlags(fs *pflag.FlagSet) {
+	gofs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(gofs)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(gofs.Lookup(name))
+	}
+}
+
+// parse parses args, then fills every flag not given on the command line
+// from its environment variable. An error names the flag or variable.
+func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool)) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		env := EnvName(f.Name)
+		if v, ok := getenv(env); ok && v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment variable %s=%q (for --%s): %v", env, v, f.Name, serr)
+			}
+		}
+	})
+	return err
+}
+
+// kubeFlags are the API connection flags shared by the subcommands.
+type kubeFlags struct {
+	kubeconfig string
+	qps        float32
+	burst      int
+}
+
+func (k *kubeFlags) add(fs *pflag.FlagSet, qps float32, burst int) {
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: the in-cluster service account (or $KUBECONFIG when set).")
+	fs.Float32Var(&k.qps, "kube-api-qps", qps, "Client-side rate limit for API requests per second.")
+	fs.IntVar(&k.burst, "kube-api-burst", burst, "Client-side burst for API requests.")
+}
+
+func (k *kubeFlags) config(userAgent string) (*rest.Config, error) {
+	path := k.kubeconfig
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a pod: %w", err)
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig=%s: %w", path, err)
+		}
+	}
+	cfg.QPS, cfg.Burst = k.qps, k.burst
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+func (k *kubeFlags) client(userAgent string) (kubernetes.Interface, error) {
+	cfg, err := k.config(userAgent)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}

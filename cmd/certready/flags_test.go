@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFillsFlagsFromTheEnvironment(t *testing.T) {
+	env := map[string]string{"CERTREADY_NODE_NAME": "from-env", "CERTREADY_RESYNC": "30s", "CERTREADY_KUBELET_PORT": "10250"}
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	fs := newFlagSet("agent", "")
+	node := fs.String("node-name", "", "")
+	resync := fs.Duration("resync", time.Minute, "")
+	port := fs.Int("kubelet-port", 0, "")
+	if err := parse(fs, []string{"--kubelet-port=1234"}, getenv); err != nil {
+		t.Fatal(err)
+	}
+	if *node != "from-env" || *resync != 30*time.Second {
+		t.Errorf("node=%q resync=%s, want the environment's values", *node, *resync)
+	}
+	if *port != 1234 {
+		t.Errorf("port=%d: the command line must win over the environment", *port)
+	}
+}
+
+func TestParseErrorsNameTheVariable(t *testing.T) {
+	getenv := func(k string) (string, bool) { return "soon", k == "CERTREADY_RESYNC" }
+	fs := newFlagSet("agent", "")
+	fs.Duration("resync", time.Minute, "")
+	err := parse(fs, nil, getenv)
+	if err == nil || !strings.Contains(err.Error(), "CERTREADY_RESYNC") || !strings.Contains(err.Error(), "--resync") {
+		t.Errorf("err = %v, want one naming CERTREADY_RESYNC and --resync", err)
+	}
+}
+
+func TestParseRefusesStrayArguments(t *testing.T) {
+	fs := newFlagSet("agent", "")
+	if err := parse(fs, []string{"w1"}, func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), `"w1"`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := EnvName("kubelet-pki-dir"); got != "CERTREADY_KUBELET_PKI_DIR" {
+		t.Errorf("EnvName = %s", got)
+	}
+}

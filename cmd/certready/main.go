@@ -1,0 +1,87 @@
+// Command certready proves that a node's kubelet can serve TLS before the
+// node takes workloads. One binary, several roles:
+//
+//	certready agent     per-node DaemonSet: publishes KubeletServingCertNotReady
+//	certready approver  leader-elected approver of kubelet-serving CSRs
+//	certready check     the agent's checks once, as a node-problem-detector plugin
+//	certready version   build information
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/pflag"
+)
+
+// Stamped at build time with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
+		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
+		{"version", "Print version information.", func(context.Context, []string) int {
+			fmt.Printf("certready %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return 0
+		}},
+	}
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "certready keeps nodes from taking workloads until their kubelet can really serve TLS.\n\nUsage: certready <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'certready <command> --help' for a command's flags.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	name := os.Args[1]
+	if name == "-h" || name == "--help" || name == "help" {
+		usage()
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	for _, c := range commands() {
+		if c.name == name {
+			os.Exit(c.run(ctx, os.Args[2:]))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "certready: unknown command %q\n\n", name)
+	usage()
+	os.Exit(2)
+}
+
+// parseOrExit parses flags; it returns an exit code when the caller must stop
+// (-1 to go on).
+func parseOrExit(fs *pflag.FlagSet, args []string) int {
+	err := parse(fs, args, os.LookupEnv)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "certready %s: %v\n", fs.Name(), err)
+		return 2
+	}
+	return -1
+}
