@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -157,6 +158,10 @@ type Request struct {
 	Emails   []string
 	URIs     []string
 	RSA      bool // an RSA-2048 key instead of ECDSA P-256
+	// RawIPSANs are encoded byte for byte into a hand-made subjectAltName
+	// extension (replacing IPs, DNSNames, Emails and URIs), for encodings
+	// Go itself never produces, such as a 16-byte IPv4-mapped address.
+	RawIPSANs [][]byte
 }
 
 // NewCSR returns a PEM CERTIFICATE REQUEST signed by a fresh key.
@@ -189,6 +194,18 @@ func NewCSR(r Request) ([]byte, crypto.Signer, error) {
 			return nil, nil, err
 		}
 		tmpl.URIs = append(tmpl.URIs, parsed)
+	}
+	if len(r.RawIPSANs) > 0 {
+		var seq []asn1.RawValue
+		for _, ip := range r.RawIPSANs {
+			seq = append(seq, asn1.RawValue{Tag: 7, Class: asn1.ClassContextSpecific, Bytes: ip})
+		}
+		val, err := asn1.Marshal(seq)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl.ExtraExtensions = append(tmpl.ExtraExtensions, pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: val})
+		tmpl.IPAddresses, tmpl.DNSNames, tmpl.EmailAddresses, tmpl.URIs = nil, nil, nil, nil
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
 	if err != nil {

@@ -1,0 +1,159 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Nodes reads the Node objects' InternalIP, ExternalIP, Hostname and DNS
+// addresses. The kubelet writes those itself: this source trusts the node's
+// own word about its addresses (documented trade-off).
+type Nodes struct{ Lister corelisters.NodeLister }
+
+func (n Nodes) Lookup(node string) (Entry, bool) {
+	obj, err := n.Lister.Get(node)
+	if err != nil {
+		return Entry{}, false
+	}
+	var e Entry
+	for _, a := range obj.Status.Addresses {
+		switch a.Type {
+		case corev1.NodeInternalIP, corev1.NodeExternalIP:
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				e.IPs = append(e.IPs, ip)
+			}
+		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+			e.DNSNames = append(e.DNSNames, a.Address)
+		}
+	}
+	return e, true
+}
+
+func (n Nodes) Size() int {
+	all, err := n.Lister.List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	return len(all)
+}
+
+func (Nodes) Describe() string { return "node objects (self-reported addresses)" }
+
+// Static is a mapping held in memory and swapped whole on reload.
+type Static struct {
+	mu    sync.RWMutex
+	nodes map[string]Entry
+	desc  string
+}
+
+// NewStatic returns a Static source named desc.
+func NewStatic(desc string, nodes map[string]Entry) *Static {
+	return &Static{nodes: nodes, desc: desc}
+}
+
+func (s *Static) Lookup(node string) (Entry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.nodes[node]
+	return e, ok
+}
+
+func (s *Static) Size() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.nodes)
+}
+
+func (s *Static) Describe() string { return s.desc }
+
+// Replace swaps the whole mapping.
+func (s *Static) Replace(nodes map[string]Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = nodes
+}
+
+// ConfigMapKey is the key of the mapping in an inventory ConfigMap.
+const ConfigMapKey = "inventory.yaml"
+
+// FromConfigMap parses the mapping in cm's ConfigMapKey.
+func FromConfigMap(cm *corev1.ConfigMap) (map[string]Entry, error) {
+	data, ok := cm.Data[ConfigMapKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s/%s has no key %q", cm.Namespace, cm.Name, ConfigMapKey)
+	}
+	nodes, err := Parse([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s key %s: %w", cm.Namespace, cm.Name, ConfigMapKey, err)
+	}
+	return nodes, nil
+}
+
+// LoadFile parses the mapping in path.
+func LoadFile(path string) (map[string]Entry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory file: %w", err)
+	}
+	nodes, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("inventory file %s: %w", path, err)
+	}
+	return nodes, nil
+}
+
+// WatchFile reloads path into s whenever it changes, until ctx ends. A
+// reload that fails keeps the previous mapping and is logged: a typo in the
+// file must not turn every node into a mismatch. It watches the folder,
+// because ConfigMap volumes and editors replace files by rename.
+func WatchFile(ctx context.Context, path string, s *Static, onReload func(error)) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
+	}
+	logger := klog.FromContext(ctx).WithValues("file", path)
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			// Coalesce the bursts of a rename-based update.
+			timer = time.After(100 * time.Millisecond)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			logger.Error(err, "Watching the inventory file")
+		case <-timer:
+			nodes, err := LoadFile(path)
+			if err != nil {
+				logger.Error(err, "Inventory reload failed; keeping the previous inventory")
+			} else {
+				s.Replace(nodes)
+				logger.Info("Inventory reloaded", "nodes", len(nodes))
+			}
+			if onReload != nil {
+				onReload(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package policy_test
+
+import (
+	"encoding/pem"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/policy"
+)
+
+var inv = inventory.NewStatic("test inventory", map[string]inventory.Entry{
+	"worker-1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8::11")}, DNSNames: []string{"worker-1.example.com"}},
+	"worker-2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
+	"evil":     {IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1")}, DNSNames: []string{"kubernetes.default.svc", "localhost", "*.example.com"}},
+})
+
+var cfg = policy.Config{
+	DenyCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+	DenyIPs:       []netip.Addr{netip.MustParseAddr("192.0.2.1")},
+	MaxExpiration: 24 * time.Hour,
+}
+
+func ips(s ...string) []net.IP {
+	out := make([]net.IP, 0, len(s))
+	for _, v := range s {
+		ip := net.ParseIP(v)
+		if ip.To4() != nil && !strings.Contains(v, ":") {
+			ip = ip.To4()
+		}
+		out = append(out, ip)
+	}
+	return out
+}
+
+type csrCase struct {
+	name    string
+	req     testpki.Request
+	mutate  func(*certv1.CertificateSigningRequest)
+	invSrc  inventory.Source
+	cfg     *policy.Config
+	want    policy.Rule
+	wantMsg string
+	retry   bool
+}
+
+func build(t *testing.T, tc csrCase) *certv1.CertificateSigningRequest {
+	t.Helper()
+	if tc.req.Node == "" {
+		tc.req.Node = "worker-1"
+	}
+	pemBytes, _, err := testpki.NewCSR(tc.req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usages := []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}
+	if tc.req.RSA {
+		usages = []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageKeyEncipherment, certv1.UsageServerAuth}
+	}
+	c := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-" + tc.req.Node},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request:    pemBytes,
+			SignerName: certv1.KubeletServingSignerName,
+			Usages:     usages,
+			Username:   "system:node:" + tc.req.Node,
+			Groups:     []string{"system:nodes", "system:authenticated"},
+		},
+	}
+	if tc.mutate != nil {
+		tc.mutate(c)
+	}
+	return c
+}
+
+func TestEvaluate(t *testing.T) {
+	approve := policy.RuleApproved
+	cases := []csrCase{
+		// Every valid shape is approved.
+		{name: "IPv4", req: testpki.Request{IPs: ips("192.0.2.11")}, want: approve},
+		{name: "IPv6", req: testpki.Request{IPs: ips("2001:db8::11")}, want: approve},
+		{name: "IPv6 in another spelling", req: testpki.Request{IPs: []net.IP{net.ParseIP("2001:0db8:0:0::0011")}}, want: approve},
+		{name: "DNS-only with the node name", req: testpki.Request{DNSNames: []string{"worker-1"}}, want: approve},
+		{name: "DNS name from the inventory, case and trailing dot ignored", req: testpki.Request{DNSNames: []string{"Worker-1.Example.COM."}}, want: approve},
+		{name: "dual-stack with hostname", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11"), DNSNames: []string{"worker-1"}}, want: approve},
+		{name: "RSA key with key encipherment", req: testpki.Request{RSA: true, IPs: ips("192.0.2.11")}, want: approve},
+		{name: "expiration within the maximum", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.ExpirationSeconds = ptr(int32(3600)) }, want: approve},
+
+		// Identity of the requester.
+		{name: "another signer, otherwise valid", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			c.Spec.SignerName = "kubernetes.io/kube-apiserver-client-kubelet"
+		}, want: policy.RuleWrongSigner},
+		{name: "username is not a node", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Username = "alice" }, want: policy.RuleUsernameNotNode},
+		{name: "username with an empty node name", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Username = "system:node:" }, want: policy.RuleUsernameNotNode},
+		{name: "groups without system:nodes", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Groups = []string{"system:authenticated"} }, want: policy.RuleGroupsMissingNodes},
+		{name: "username names another node than the CN", req: testpki.Request{IPs: ips("192.0.2.12")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Username = "system:node:worker-2" }, want: policy.RuleSubjectCN, wantMsg: `"system:node:worker-1" differs`},
+
+		// The request itself.
+		{name: "second PEM block", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Request = append(c.Spec.Request, c.Spec.Request...) }, want: policy.RuleRequestNotOnePEM},
+		{name: "not PEM", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Request = []byte("hello") }, want: policy.RuleRequestNotOnePEM},
+		{name: "certificate instead of request", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			b, _ := pem.Decode(c.Spec.Request)
+			c.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Bytes})
+		}, want: policy.RuleRequestNotOnePEM},
+		{name: "garbage DER", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte("garbage")})
+		}, want: policy.RuleRequestUnparseable},
+		{name: "bad signature", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			b, _ := pem.Decode(c.Spec.Request)
+			b.Bytes[len(b.Bytes)-3] ^= 0xff
+			c.Spec.Request = pem.EncodeToMemory(b)
+		}, want: policy.RuleRequestSignature},
+		{name: "CN of another node", req: testpki.Request{CN: "system:node:worker-2", IPs: ips("192.0.2.11")}, want: policy.RuleSubjectCN},
+		{name: "O system:masters", req: testpki.Request{Orgs: []string{"system:masters"}, IPs: ips("192.0.2.11")}, want: policy.RuleSubjectOrg},
+		{name: "O with an extra group", req: testpki.Request{Orgs: []string{"system:nodes", "system:masters"}, IPs: ips("192.0.2.11")}, want: policy.RuleSubjectOrg},
+		{name: "client auth usage", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Usages = append(c.Spec.Usages, certv1.UsageClientAuth)
+		}, want: policy.RuleUsages},
+		{name: "server auth alone", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Usages = []certv1.KeyUsage{certv1.UsageServerAuth} }, want: policy.RuleUsages},
+		{name: "email SAN", req: testpki.Request{IPs: ips("192.0.2.11"), Emails: []string{"a@example.com"}}, want: policy.RuleEmailOrURISAN},
+		{name: "URI SAN", req: testpki.Request{IPs: ips("192.0.2.11"), URIs: []string{"spiffe://cluster/ns/x"}}, want: policy.RuleEmailOrURISAN},
+		{name: "no SAN", req: testpki.Request{}, want: policy.RuleNoSAN},
+		{name: "expiration above the maximum", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.ExpirationSeconds = ptr(int32(30 * 24 * 3600)) }, want: policy.RuleExpirationTooLong},
+
+		// SANs against the inventory and the deny list.
+		{name: "another node's IP", req: testpki.Request{IPs: ips("192.0.2.12")}, want: policy.RuleIPSANNotInInventory, wantMsg: "IPSANNotInInventory: 192.0.2.12 not recorded for worker-1"},
+		{name: "unknown IP", req: testpki.Request{IPs: ips("192.0.2.11", "192.0.2.99")}, want: policy.RuleIPSANNotInInventory, wantMsg: "192.0.2.99"},
+		{name: "IPv4-mapped IPv6 spelling of the node's IP", req: testpki.Request{RawIPSANs: [][]byte{net.ParseIP("::ffff:192.0.2.11").To16()}}, want: policy.RuleIPSANNotInInventory},
+		{name: "another node's name", req: testpki.Request{DNSNames: []string{"worker-2"}}, want: policy.RuleDNSSANNotInInventory},
+		{name: "suffix of the node name", req: testpki.Request{DNSNames: []string{"worker-1.evil.com"}}, want: policy.RuleDNSSANNotInInventory},
+		{name: "node missing from the inventory is retried", req: testpki.Request{Node: "worker-9", IPs: ips("192.0.2.19")}, want: policy.RuleNodeNotInInventory, retry: true},
+		{name: "IP outside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}, want: policy.RuleIPSANNotAllowed},
+		{name: "IP inside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, want: approve},
+	}
+	// The deny list wins even when the inventory records the value.
+	for _, d := range []struct{ name, dns, ip string }{
+		{name: "kubernetes", dns: "kubernetes"},
+		{name: "kubernetes.default", dns: "kubernetes.default"},
+		{name: "kubernetes.default.svc.cluster.local", dns: "kubernetes.default.svc.cluster.local"},
+		{name: "a service name", dns: "metrics.kube-system.svc"},
+		{name: "wildcard", dns: "*.example.com"},
+		{name: "localhost", dns: "localhost"},
+		{name: "loopback", ip: "127.0.0.1"},
+		{name: "IPv6 loopback", ip: "::1"},
+		{name: "IPv4-mapped loopback", ip: "::ffff:127.0.0.1"},
+		{name: "unspecified", ip: "0.0.0.0"},
+		{name: "link-local", ip: "169.254.169.254"},
+		{name: "IPv6 link-local", ip: "fe80::1"},
+		{name: "multicast", ip: "224.0.0.1"},
+		{name: "the API server's address", ip: "192.0.2.1"},
+		{name: "inside --deny-cidrs", ip: "10.0.0.1"},
+	} {
+		req := testpki.Request{Node: "evil"}
+		if d.dns != "" {
+			req.DNSNames = []string{d.dns}
+		} else if strings.HasPrefix(d.ip, "::ffff:") {
+			req.RawIPSANs = [][]byte{net.ParseIP(d.ip).To16()}
+		} else {
+			ip := net.ParseIP(d.ip)
+			if v4 := ip.To4(); v4 != nil && !strings.Contains(d.ip, ":") {
+				ip = v4
+			}
+			req.IPs = []net.IP{ip}
+		}
+		cases = append(cases, csrCase{name: "deny list: " + d.name, req: req, want: policy.RuleSANDenied})
+	}
+
+	seen := map[policy.Rule]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := build(t, tc)
+			src := tc.invSrc
+			if src == nil {
+				src = inv
+			}
+			conf := cfg
+			if tc.cfg != nil {
+				conf = *tc.cfg
+			}
+			d := policy.Evaluate(c, src, conf)
+			seen[d.Rule] = true
+			if d.Rule != tc.want || d.Approve != (tc.want == approve) {
+				t.Fatalf("decision %v/%s (%s), want %s", d.Approve, d.Rule, d.Message, tc.want)
+			}
+			if d.Transient != tc.retry {
+				t.Errorf("transient = %v, want %v", d.Transient, tc.retry)
+			}
+			if !strings.Contains(d.Message, tc.wantMsg) {
+				t.Errorf("message %q, want it to contain %q", d.Message, tc.wantMsg)
+			}
+			if !d.Approve && !strings.HasPrefix(d.Message, string(d.Rule)+": ") {
+				t.Errorf("message %q does not start with its rule", d.Message)
+			}
+		})
+	}
+	for _, r := range policy.Rules {
+		if r != policy.RuleFloodGuard && !seen[r] {
+			t.Errorf("no case refuses with %s", r)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
