@@ -34,6 +34,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
+		{"approver", "Run the kubelet-serving CSR approver (Deployment, leader-elected): approve only CSRs that prove their node's identity.", runApprover},
 		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
 		{"version", "Print version information.", func(context.Context, []string) int {
 			fmt.Printf("certready %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)

@@ -94,8 +94,8 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	if spec.SignerName != certv1.KubeletServingSignerName {
 		return refuse("", RuleWrongSigner, "signer %q is not %s", spec.SignerName, certv1.KubeletServingSignerName)
 	}
-	node, ok := strings.CutPrefix(spec.Username, nodeUserPrefix)
-	if !ok || node == "" || strings.Contains(node, ":") {
+	node, ok := NodeName(spec.Username)
+	if !ok {
 		return refuse("", RuleUsernameNotNode, "username %q is not system:node:<name>", spec.Username)
 	}
 	if !slices.Contains(spec.Groups, nodesGroup) {
@@ -166,6 +166,15 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 		Message: fmt.Sprintf("certready: %s proved node identity: CN/O match, IP SANs %v and DNS SANs %v recorded for %s in %s",
 			spec.Username, ips, req.DNSNames, node, inv.Describe()),
 	}
+}
+
+// NodeName returns <name> for a username system:node:<name>.
+func NodeName(username string) (string, bool) {
+	node, ok := strings.CutPrefix(username, nodeUserPrefix)
+	if !ok || node == "" || strings.Contains(node, ":") {
+		return "", false
+	}
+	return node, true
 }
 
 func parseRequest(node string, data []byte) (*x509.CertificateRequest, Decision) {

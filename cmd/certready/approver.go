@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+func runApprover(ctx context.Context, args []string) int {
+	fs := newFlagSet("approver", "Approve kubelet-serving CSRs that prove their node's identity; leave every other one\n"+
+		"pending with a Warning event naming the failed rule (or deny it with --deny-on-mismatch).\n"+
+		"Runs leader-elected: only the replica holding the Lease writes.")
+	var o approver.Options
+	var allowed, denied, apiIPs []string
+	var condType, metricsAddr, healthAddr string
+	var kf kubeFlags
+	host, _ := os.Hostname()
+	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write.")
+	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
+	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
+	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "The API server's own addresses, never approved as SANs. $KUBERNETES_SERVICE_HOST is added automatically.")
+	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
+	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many kubelet-serving CSRs are pending. 0: number of inventory nodes + 100.")
+	fs.BoolVar(&o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
+	fs.IntVar(&o.Controller.Workers, "workers", 4, "Concurrent CSR workers.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
+	fs.StringVar(&o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
+	fs.StringVar(&o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name).")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
+	fs.StringVar(&o.RemoveStartupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint key once the node's condition is False, e.g. readiness.k8s.io/KubeletServingCertNotReady.")
+	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition, for the taint fallback.")
+	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
+	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
+	kf.add(fs, 50, 100)
+	addLogFlags(fs)
+	if code := parseOrExit(fs, args); code >= 0 {
+		return code
+	}
+	fail := func(err error) int { fmt.Fprintf(os.Stderr, "certready approver: %v\n", err); return 2 }
+	var err error
+	if o.Controller.Policy.AllowedCIDRs, err = prefixes("allowed-cidrs", allowed); err != nil {
+		return fail(err)
+	}
+	if o.Controller.Policy.DenyCIDRs, err = prefixes("deny-cidrs", denied); err != nil {
+		return fail(err)
+	}
+	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
+		apiIPs = append(apiIPs, h)
+	}
+	for _, s := range apiIPs {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return fail(fmt.Errorf("--apiserver-ips: %q is not an IP address", s))
+		}
+		o.Controller.Policy.DenyIPs = append(o.Controller.Policy.DenyIPs, ip)
+	}
+	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod) {
+		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))
+	}
+	o.ConditionType = corev1.NodeConditionType(condType)
+
+	client, err := kf.client("certready-approver/" + version)
+	if err != nil {
+		return fail(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := httpserve.NewReadiness("caches not synced")
+	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, func(ctx context.Context) error {
+		return approver.Run(ctx, client, reg, ready, o)
+	})
+}
+
+func prefixes(flag string, in []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not a CIDR (e.g. 10.96.0.0/12)", flag, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

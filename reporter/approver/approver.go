@@ -1,0 +1,243 @@
+// Package approver assembles the approver process: informers (CSRs of the
+// kubelet-serving signer only, Nodes, and the inventory ConfigMap when one
+// is used), the inventory, the CSR controller and the optional startup-taint
+// fallback, all acting only while this replica holds the leader Lease.
+package approver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/approver/controller"
+	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/taint"
+)
+
+// Options configure the approver process.
+type Options struct {
+	Controller controller.Config // Inventory is built from InventorySpec
+	// InventorySpec: "node", "configmap:<namespace>/<name>" or "file:<path>".
+	InventorySpec string
+
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseName      string
+	Identity       string
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+
+	// RemoveStartupTaint turns on the taint fallback for this taint key.
+	RemoveStartupTaint string
+	ConditionType      corev1.NodeConditionType
+}
+
+// ErrLostLease is returned when another replica took the Lease: the process
+// exits and restarts as a clean standby.
+var ErrLostLease = errors.New("lost the leader Lease")
+
+// Run runs the approver until ctx ends or the Lease is lost.
+func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
+	logger := klog.FromContext(ctx)
+	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
+	}))
+	nodeFactory := informers.NewSharedInformerFactory(client, 0)
+	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
+	nodeInformer := nodeFactory.Core().V1().Nodes()
+
+	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister())
+	if err != nil {
+		return err
+	}
+	o.Controller.Inventory = inv
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(4)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+
+	ctrl, err := controller.New(o.Controller, client, csrInformer, recorder, reg)
+	if err != nil {
+		return err
+	}
+	// A node's addresses are its inventory in node mode: re-evaluate its
+	// pending CSRs when they change.
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { ctrl.EnqueueNode(obj.(*corev1.Node).Name) },
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			if !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) {
+				ctrl.EnqueueNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	var remover *taint.Remover
+	if o.RemoveStartupTaint != "" {
+		remover, err = taint.New(taint.Config{TaintKey: o.RemoveStartupTaint, ConditionType: o.ConditionType}, client, nodeInformer.Informer())
+		if err != nil {
+			return err
+		}
+	}
+
+	csrFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer csrFactory.Shutdown()
+	defer nodeFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), csrInformer.HasSynced, nodeInformer.Informer().HasSynced) {
+		return fmt.Errorf("caches did not sync")
+	}
+	if startInventory != nil {
+		go startInventory(ctx, ctrl.EnqueueAll)
+	}
+	ready.Set(true, "")
+	logger.Info("Approver caches synced", "inventory", inv.Describe(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint)
+
+	lead := func(lctx context.Context) {
+		done := make(chan error, 2)
+		go func() { done <- ctrl.Run(lctx) }()
+		n := 1
+		if remover != nil {
+			n++
+			go func() { done <- remover.Run(lctx) }()
+		}
+		for i := 0; i < n; i++ {
+			if err := <-done; err != nil {
+				logger.Error(err, "Leader work stopped")
+			}
+		}
+	}
+	if !o.LeaderElect {
+		lead(ctx)
+		return nil
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.LeaseNamespace, Name: o.LeaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
+	}
+	lost := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.LeaseDuration,
+		RenewDeadline:   o.RenewDeadline,
+		RetryPeriod:     o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            o.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				logger.Info("Acquired the leader Lease", "identity", o.Identity, "lease", o.LeaseNamespace+"/"+o.LeaseName)
+				lead(lctx)
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					lost = true
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != o.Identity {
+					logger.Info("Standing by", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	le.Run(ctx)
+	if lost {
+		return ErrLostLease
+	}
+	return nil
+}
+
+// buildInventory returns the source and, for watched sources, a function
+// that keeps it current and calls changed after each reload.
+func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister) (inventory.Source, func(context.Context, func()), error) {
+	kind, arg, _ := strings.Cut(spec, ":")
+	switch kind {
+	case "", "node":
+		if arg != "" {
+			return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
+		}
+		return inventory.Nodes{Lister: nodes}, nil, nil
+	case "file":
+		if arg == "" {
+			return nil, nil, fmt.Errorf("--inventory=%s: want file:<path>", spec)
+		}
+		m, err := inventory.LoadFile(arg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--inventory=%s: %w", spec, err)
+		}
+		src := inventory.NewStatic("file "+arg, m)
+		return src, func(ctx context.Context, changed func()) {
+			_ = inventory.WatchFile(ctx, arg, src, func(err error) {
+				if err == nil {
+					changed()
+				}
+			})
+		}, nil
+	case "configmap":
+		ns, name, ok := strings.Cut(arg, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, nil, fmt.Errorf("--inventory=%s: want configmap:<namespace>/<name>", spec)
+		}
+		src := inventory.NewStatic("ConfigMap "+arg, map[string]inventory.Entry{})
+		return src, func(ctx context.Context, changed func()) {
+			watchConfigMap(ctx, client, ns, name, src, changed)
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("--inventory=%s: want node, configmap:<namespace>/<name> or file:<path>", spec)
+}
+
+func watchConfigMap(ctx context.Context, client kubernetes.Interface, ns, name string, src *inventory.Static, changed func()) {
+	logger := klog.FromContext(ctx).WithValues("configmap", ns+"/"+name)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	load := func(obj any) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		m, err := inventory.FromConfigMap(cm)
+		if err != nil {
+			logger.Error(err, "Inventory ConfigMap rejected; keeping the previous inventory")
+			return
+		}
+		src.Replace(m)
+		logger.Info("Inventory loaded", "nodes", len(m))
+		changed()
+	}
+	_, _ = f.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: load, UpdateFunc: func(_, o any) { load(o) },
+	})
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+}

@@ -1,0 +1,382 @@
+// Package controller runs the approver: an informer on kubelet-serving CSRs
+// (field selector on the signer, so no other signer's CSR is ever seen), a
+// rate-limited workqueue with several workers, and the writes the policy
+// decides on: the certready.io/node label, approval (or, when asked,
+// denial) through the approval subresource, and Warning events that name the
+// failed rule. It writes only while Leading is set.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	certlisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/policy"
+	"github.com/certready/certready/reporter/csrmatch"
+)
+
+// Config configures the controller.
+type Config struct {
+	Policy    policy.Config
+	Inventory inventory.Source
+	// MaxPending is the flood guard: with this many pending kubelet-serving
+	// CSRs or more, nothing is approved. 0: the inventory's size + 100.
+	MaxPending     int
+	DenyOnMismatch bool
+	Workers        int
+	// FloodRetry is how soon a CSR held back by the flood guard is retried.
+	FloodRetry time.Duration
+}
+
+// Controller approves kubelet-serving CSRs.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	csrs     certlisters.CertificateSigningRequestLister
+	synced   cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	metrics  *metrics
+	leading  atomic.Bool
+
+	mu       sync.Mutex
+	recorded map[string]policy.Rule // last refusal event per CSR, to not repeat it
+}
+
+// New wires the controller to a CSR informer that must already be limited
+// to the kubelet-serving signer.
+func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexInformer, recorder record.EventRecorder, reg prometheus.Registerer) (*Controller, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.FloodRetry <= 0 {
+		cfg.FloodRetry = 30 * time.Second
+	}
+	if cfg.Inventory == nil {
+		return nil, fmt.Errorf("no inventory configured")
+	}
+	c := &Controller{
+		cfg:      cfg,
+		client:   client,
+		csrs:     certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
+		synced:   csrInformer.HasSynced,
+		recorder: recorder,
+		recorded: map[string]policy.Rule{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Minute),
+				&workqueue.TypedBucketRateLimiter[string]{Limiter: newLimiter()},
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-approver"}),
+	}
+	c.metrics = newMetrics(reg, c)
+	_, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.mu.Lock()
+				delete(c.recorded, key)
+				c.mu.Unlock()
+			}
+		},
+	})
+	return c, err
+}
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// EnqueueNode re-evaluates the pending CSRs of node (its addresses changed).
+func (c *Controller) EnqueueNode(node string) {
+	list, err := c.csrs.List(labels.SelectorFromSet(labels.Set{csrmatch.NodeLabel: node}))
+	if err != nil {
+		return
+	}
+	for _, csr := range list {
+		if isPending(csr) {
+			c.queue.Add(csr.Name)
+		}
+	}
+}
+
+// EnqueueAll re-evaluates every pending CSR (the inventory was reloaded).
+func (c *Controller) EnqueueAll() {
+	list, _ := c.csrs.List(labels.Everything())
+	for _, csr := range list {
+		if isPending(csr) {
+			c.queue.Add(csr.Name)
+		}
+	}
+}
+
+// Run processes the queue with the configured workers while ctx lasts. The
+// caller runs it only while it holds the leader Lease.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return fmt.Errorf("the CSR cache did not sync")
+	}
+	c.leading.Store(true)
+	c.metrics.leader.Set(1)
+	defer func() {
+		c.leading.Store(false)
+		c.metrics.leader.Set(0)
+	}()
+	c.EnqueueAll()
+	// Labelled and already-decided CSRs need a pass too (labels).
+	all, _ := c.csrs.List(labels.Everything())
+	for _, csr := range all {
+		c.queue.Add(csr.Name)
+	}
+	logger.Info("Approver acting", "workers", c.cfg.Workers, "inventory", c.cfg.Inventory.Describe())
+	var wg sync.WaitGroup
+	for i := 0; i < c.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	requeue, err := c.sync(ctx, key)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Syncing CSR failed; retrying", "csr", key)
+		c.queue.AddRateLimited(key)
+	case requeue > 0:
+		c.queue.AddAfter(key, requeue)
+	case requeue < 0:
+		c.queue.AddRateLimited(key)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// sync handles one CSR. It returns a positive delay to look again after
+// that long, a negative one to retry with backoff, or 0 when done.
+func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	if !c.leading.Load() {
+		return 0, nil
+	}
+	logger := klog.FromContext(ctx).WithValues("csr", name)
+	csr, err := c.csrs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if csr.Spec.SignerName != certv1.KubeletServingSignerName {
+		return 0, nil // never touch another signer's CSR, whatever its content
+	}
+	if csr, err = c.label(ctx, csr); err != nil {
+		return 0, err
+	}
+	if !isPending(csr) {
+		return 0, nil
+	}
+	if n, max := c.backlogCount(), c.maxPending(); n >= max {
+		c.metrics.floodGuard.Set(1)
+		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
+		c.warnOnce(csr, policy.RuleFloodGuard, fmt.Sprintf("%s: %d kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max))
+		return c.cfg.FloodRetry, nil
+	}
+	c.metrics.floodGuard.Set(0)
+	d := policy.Evaluate(csr, c.cfg.Inventory, c.cfg.Policy)
+	switch {
+	case d.Approve:
+		if err := c.decide(ctx, csr, certv1.CertificateApproved, d); err != nil {
+			return 0, err
+		}
+		c.metrics.decisions.WithLabelValues("approved", string(d.Rule)).Inc()
+		c.metrics.latency.Observe(time.Since(csr.CreationTimestamp.Time).Seconds())
+		logger.Info("Approved", "node", d.Node, "message", d.Message)
+		return 0, nil
+	case d.Transient:
+		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
+		c.warnOnce(csr, d.Rule, d.Message+" (will retry)")
+		return -1, nil
+	case c.cfg.DenyOnMismatch:
+		if err := c.decide(ctx, csr, certv1.CertificateDenied, d); err != nil {
+			return 0, err
+		}
+		c.metrics.decisions.WithLabelValues("denied", string(d.Rule)).Inc()
+		logger.Info("Denied", "node", d.Node, "message", d.Message)
+		return 0, nil
+	default:
+		c.metrics.decisions.WithLabelValues("refused", string(d.Rule)).Inc()
+		if c.warnOnce(csr, d.Rule, d.Message+" (left pending)") {
+			logger.Info("Left pending", "node", d.Node, "message", d.Message)
+		}
+		return 0, nil
+	}
+}
+
+// label sets certready.io/node=<name> from spec.username when it is a
+// node's, so that each agent can watch only its own CSRs.
+func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
+	node, ok := nodeOf(csr)
+	if !ok || csr.Labels[csrmatch.NodeLabel] == node {
+		return csr, nil
+	}
+	var updated *certv1.CertificateSigningRequest
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.Labels[csrmatch.NodeLabel] == node {
+			updated = cur
+			return nil
+		}
+		cur = cur.DeepCopy()
+		if cur.Labels == nil {
+			cur.Labels = map[string]string{}
+		}
+		cur.Labels[csrmatch.NodeLabel] = node
+		updated, err = c.client.CertificatesV1().CertificateSigningRequests().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("labelling CSR %s: %w", csr.Name, err)
+	}
+	return updated, nil
+}
+
+// decide writes Approved or Denied through the approval subresource,
+// re-reading on conflict and leaving alone a CSR that someone else decided.
+func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) error {
+	api := c.client.CertificatesV1().CertificateSigningRequests()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !isPending(cur) {
+			return nil
+		}
+		cur = cur.DeepCopy()
+		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
+			Type:           typ,
+			Status:         corev1.ConditionTrue,
+			Reason:         string(d.Rule),
+			Message:        d.Message,
+			LastUpdateTime: metav1.Now(),
+		})
+		_, err = api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)
+	}
+	if c.recorder != nil {
+		kind := corev1.EventTypeNormal
+		if typ == certv1.CertificateDenied {
+			kind = corev1.EventTypeWarning
+		}
+		c.recorder.Event(csr, kind, string(d.Rule), d.Message)
+	}
+	return nil
+}
+
+// warnOnce records a Warning event naming the rule, once per CSR and rule.
+func (c *Controller) warnOnce(csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.recorded[csr.Name] == rule {
+		return false
+	}
+	c.recorded[csr.Name] = rule
+	if c.recorder != nil {
+		c.recorder.Event(csr, corev1.EventTypeWarning, string(rule), msg)
+	}
+	return true
+}
+
+func (c *Controller) maxPending() int {
+	if c.cfg.MaxPending > 0 {
+		return c.cfg.MaxPending
+	}
+	return c.cfg.Inventory.Size() + 100
+}
+
+func (c *Controller) backlogCount() int {
+	n, _ := c.backlog(time.Now())
+	return n
+}
+
+// backlog counts pending kubelet-serving CSRs and the oldest one's age.
+func (c *Controller) backlog(now time.Time) (int, time.Duration) {
+	list, err := c.csrs.List(labels.Everything())
+	if err != nil {
+		return 0, 0
+	}
+	n, oldest := 0, time.Duration(0)
+	for _, csr := range list {
+		if csr.Spec.SignerName != certv1.KubeletServingSignerName || !isPending(csr) {
+			continue
+		}
+		n++
+		oldest = max(oldest, now.Sub(csr.CreationTimestamp.Time))
+	}
+	return n, oldest
+}
+
+func nodeOf(csr *certv1.CertificateSigningRequest) (string, bool) {
+	return policy.NodeName(csr.Spec.Username)
+}
+
+// newLimiter bounds the queue's overall retry rate (per-item backoff aside).
+func newLimiter() *rate.Limiter { return rate.NewLimiter(rate.Limit(50), 100) }
+
+func isPending(csr *certv1.CertificateSigningRequest) bool {
+	for _, cond := range csr.Status.Conditions {
+		switch cond.Type {
+		case certv1.CertificateApproved, certv1.CertificateDenied, certv1.CertificateFailed:
+			return false
+		}
+	}
+	return len(csr.Status.Certificate) == 0
+}
+
+// Sync handles one CSR as a worker would; it does nothing unless the
+// controller is leading. Exported for tests of the leader-only rule.
+func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
+	return c.sync(ctx, name)
+}

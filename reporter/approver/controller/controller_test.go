@@ -1,0 +1,252 @@
+package controller_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/approver/controller"
+	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/policy"
+	"github.com/certready/certready/reporter/csrmatch"
+)
+
+func csr(t *testing.T, name, node string, ip string, signer string) *certv1.CertificateSigningRequest {
+	t.Helper()
+	req, _, err := testpki.NewCSR(testpki.Request{Node: node, IPs: []net.IP{net.ParseIP(ip).To4()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Second))},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request: req, SignerName: signer,
+			Usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+			Username: "system:node:" + node, Groups: []string{"system:nodes"},
+		},
+	}
+}
+
+type env struct {
+	t    *testing.T
+	cs   *fake.Clientset
+	rec  *record.FakeRecorder
+	inv  *inventory.Static
+	ctrl *controller.Controller
+	reg  *prometheus.Registry
+	stop func()
+}
+
+func start(t *testing.T, cfg controller.Config, lead bool, objs ...runtime.Object) *env {
+	t.Helper()
+	e := &env{t: t, cs: fake.NewClientset(objs...), rec: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
+	e.inv = inventory.NewStatic("test", map[string]inventory.Entry{
+		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
+		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
+	})
+	cfg.Inventory = e.inv
+	f := informers.NewSharedInformerFactory(e.cs, 0)
+	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
+	ctrl, err := controller.New(cfg, e.cs, inf, e.rec, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ctrl = ctrl
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx.Done())
+	var wg sync.WaitGroup
+	if lead {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = ctrl.Run(ctx) }()
+	}
+	f.WaitForCacheSync(ctx.Done())
+	e.stop = func() { cancel(); wg.Wait(); f.Shutdown() }
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) get(name string) *certv1.CertificateSigningRequest {
+	c, err := e.cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) waitFor(name string, what string, ok func(*certv1.CertificateSigningRequest) bool) *certv1.CertificateSigningRequest {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := e.get(name)
+		if ok(c) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("CSR %s never %s: %+v", name, what, c.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) waitEvent(prefix string) string {
+	e.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-e.rec.Events:
+			if strings.HasPrefix(ev, prefix) {
+				return ev
+			}
+		case <-deadline:
+			e.t.Fatalf("no event with prefix %q", prefix)
+		}
+	}
+}
+
+func condition(c *certv1.CertificateSigningRequest, typ certv1.RequestConditionType) *certv1.CertificateSigningRequestCondition {
+	for i := range c.Status.Conditions {
+		if c.Status.Conditions[i].Type == typ {
+			return &c.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func approved(c *certv1.CertificateSigningRequest) bool { return condition(c, certv1.CertificateApproved) != nil }
+
+func labelled(c *certv1.CertificateSigningRequest) bool {
+	return c.Labels[csrmatch.NodeLabel] != ""
+}
+
+// writesTo lists the write actions on one CSR.
+func writesTo(cs *fake.Clientset, name string) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range cs.Actions() {
+		switch a := a.(type) {
+		case k8stesting.UpdateAction:
+			if o, ok := a.GetObject().(metav1.Object); ok && o.GetName() == name {
+				out = append(out, a)
+			}
+		case k8stesting.PatchAction:
+			if a.GetName() == name {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+const signer = certv1.KubeletServingSignerName
+
+func TestApprovesAndLabelsAValidRequest(t *testing.T) {
+	e := start(t, controller.Config{}, true, csr(t, "csr-ok", "w1", "192.0.2.11", signer))
+	c := e.waitFor("csr-ok", "approved", approved)
+	cond := condition(c, certv1.CertificateApproved)
+	if cond.Reason != string(policy.RuleApproved) || cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, "192.0.2.11") {
+		t.Errorf("approval condition %+v", cond)
+	}
+	if c.Labels[csrmatch.NodeLabel] != "w1" {
+		t.Errorf("labels %v", c.Labels)
+	}
+	var approvals int
+	for _, a := range writesTo(e.cs, "csr-ok") {
+		if a.GetSubresource() == "approval" {
+			approvals++
+		}
+	}
+	if approvals != 1 {
+		t.Errorf("%d approval writes, want 1", approvals)
+	}
+	e.waitEvent("Normal " + string(policy.RuleApproved))
+}
+
+func TestMismatchStaysPendingWithAWarningNamingTheRule(t *testing.T) {
+	e := start(t, controller.Config{}, true, csr(t, "csr-bad", "w1", "192.0.2.99", signer))
+	ev := e.waitEvent("Warning IPSANNotInInventory")
+	if !strings.Contains(ev, "192.0.2.99 not recorded for w1") {
+		t.Errorf("event %q", ev)
+	}
+	c := e.waitFor("csr-bad", "labelled", labelled)
+	if len(c.Status.Conditions) != 0 {
+		t.Errorf("a mismatch was decided: %+v", c.Status.Conditions)
+	}
+}
+
+func TestDenyOnMismatch(t *testing.T) {
+	e := start(t, controller.Config{DenyOnMismatch: true}, true, csr(t, "csr-bad", "w1", "192.0.2.12", signer))
+	c := e.waitFor("csr-bad", "denied", func(c *certv1.CertificateSigningRequest) bool { return condition(c, certv1.CertificateDenied) != nil })
+	if d := condition(c, certv1.CertificateDenied); d.Reason != string(policy.RuleIPSANNotInInventory) {
+		t.Errorf("denial %+v", d)
+	}
+	if approved(c) {
+		t.Error("denied and approved")
+	}
+}
+
+func TestOtherSignersAreNeverTouched(t *testing.T) {
+	other := csr(t, "csr-other", "w1", "192.0.2.11", "kubernetes.io/kube-apiserver-client-kubelet")
+	e := start(t, controller.Config{}, true, other, csr(t, "csr-ok", "w1", "192.0.2.11", signer))
+	// Once the valid one is approved, the queue has seen both.
+	e.waitFor("csr-ok", "approved", approved)
+	if w := writesTo(e.cs, "csr-other"); len(w) != 0 {
+		t.Errorf("another signer's CSR was written: %v", w)
+	}
+}
+
+func TestAlreadyDecidedCSRsAreLeftAlone(t *testing.T) {
+	denied := csr(t, "csr-denied", "w1", "192.0.2.11", signer)
+	denied.Labels = map[string]string{csrmatch.NodeLabel: "w1"}
+	denied.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateDenied, Status: corev1.ConditionTrue}}
+	e := start(t, controller.Config{}, true, denied, csr(t, "csr-ok", "w2", "192.0.2.12", signer))
+	e.waitFor("csr-ok", "approved", approved)
+	if w := writesTo(e.cs, "csr-denied"); len(w) != 0 {
+		t.Errorf("a denied CSR was written: %v", w)
+	}
+}
+
+func TestFloodGuardApprovesNothing(t *testing.T) {
+	e := start(t, controller.Config{MaxPending: 2, FloodRetry: time.Hour}, true,
+		csr(t, "csr-1", "w1", "192.0.2.11", signer), csr(t, "csr-2", "w2", "192.0.2.12", signer))
+	ev := e.waitEvent("Warning FloodGuard")
+	if !strings.Contains(ev, "2 kubelet-serving CSRs pending, the limit is 2") {
+		t.Errorf("event %q", ev)
+	}
+	for _, n := range []string{"csr-1", "csr-2"} {
+		if approved(e.get(n)) {
+			t.Errorf("%s approved above the flood guard", n)
+		}
+	}
+}
+
+func TestNodeMissingFromTheInventoryIsRetried(t *testing.T) {
+	e := start(t, controller.Config{}, true, csr(t, "csr-new", "w3", "192.0.2.13", signer))
+	e.waitEvent("Warning NodeNotInInventory")
+	e.inv.Replace(map[string]inventory.Entry{"w3": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}}})
+	e.ctrl.EnqueueAll()
+	e.waitFor("csr-new", "approved once the node is in the inventory", approved)
+}
+
+func TestOnlyTheLeaderWrites(t *testing.T) {
+	e := start(t, controller.Config{}, false, csr(t, "csr-ok", "w1", "192.0.2.11", signer))
+	if _, err := e.ctrl.Sync(context.Background(), "csr-ok"); err != nil {
+		t.Fatal(err)
+	}
+	if w := writesTo(e.cs, "csr-ok"); len(w) != 0 {
+		t.Errorf("a standby wrote: %v", w)
+	}
+}

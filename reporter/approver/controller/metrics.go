@@ -1,0 +1,46 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	decisions  *prometheus.CounterVec
+	latency    prometheus.Histogram
+	leader     prometheus.Gauge
+	floodGuard prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_approver_decisions_total",
+			Help: "Decisions on kubelet-serving CSRs by decision (approved, refused, denied, deferred) and reason (the policy rule).",
+		}, []string{"decision", "reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "certready_approver_approval_latency_seconds",
+			Help:    "Time from a kubelet-serving CSR's creation to its approval by this approver.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_approver_is_leader",
+			Help: "1 while this replica holds the leader Lease and acts, else 0.",
+		}),
+		floodGuard: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_approver_flood_guard_active",
+			Help: "1 while the pending kubelet-serving backlog is at or above --max-pending and nothing is approved.",
+		}),
+	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "certready_approver_pending_csrs",
+		Help: "Kubelet-serving CSRs neither approved nor denied (from the informer cache).",
+	}, func() float64 { n, _ := c.backlog(time.Now()); return float64(n) })
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "certready_approver_oldest_pending_csr_age_seconds",
+		Help: "Age of the oldest pending kubelet-serving CSR (0 when none is pending).",
+	}, func() float64 { _, age := c.backlog(time.Now()); return age.Seconds() })
+	reg.MustRegister(m.decisions, m.latency, m.leader, m.floodGuard, pending, oldest)
+	return m
+}

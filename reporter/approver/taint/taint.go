@@ -1,0 +1,167 @@
+// Package taint is the startup-taint fallback for clusters without the
+// node-readiness-controller: when a node carries the startup taint and its
+// KubeletServingCertNotReady condition is False, the taint is removed with
+// an optimistic-lock patch that also records certready.io/bootstrap-completed.
+// It never adds the taint, and never removes it while the condition is True,
+// Unknown or absent.
+package taint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/reporter/condition"
+)
+
+// CompletedAnnotation records when certready lifted the startup taint.
+const CompletedAnnotation = "certready.io/bootstrap-completed"
+
+// Config names the taint and the condition.
+type Config struct {
+	TaintKey      string
+	ConditionType corev1.NodeConditionType
+}
+
+// Patch returns the JSON merge patch that removes cfg.TaintKey from node,
+// or ok=false when the taint must stay (absent, or the condition is not
+// False). metadata.resourceVersion makes the patch fail on a concurrent
+// change instead of overwriting another writer's taints.
+func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool, err error) {
+	cond := condition.Find(node, cfg.ConditionType)
+	if cond == nil || cond.Status != corev1.ConditionFalse {
+		return nil, false, nil
+	}
+	keep := []corev1.Taint{}
+	found := false
+	for _, t := range node.Spec.Taints {
+		if t.Key == cfg.TaintKey {
+			found = true
+			continue
+		}
+		keep = append(keep, t)
+	}
+	if !found {
+		return nil, false, nil
+	}
+	patch, err = json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": node.ResourceVersion,
+			"annotations":     map[string]string{CompletedAnnotation: now.UTC().Format(time.RFC3339)},
+		},
+		"spec": map[string]any{"taints": keep},
+	})
+	return patch, err == nil, err
+}
+
+// Remover applies Patch to every node it sees, while Leading.
+type Remover struct {
+	cfg    Config
+	client kubernetes.Interface
+	nodes  corelisters.NodeLister
+	synced cache.InformerSynced
+	queue  workqueue.TypedRateLimitingInterface[string]
+	active atomic.Bool
+}
+
+// New wires the remover to a node informer.
+func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Remover, error) {
+	if cfg.TaintKey == "" || cfg.ConditionType == "" {
+		return nil, fmt.Errorf("taint fallback needs a taint key and a condition type")
+	}
+	r := &Remover{
+		cfg: cfg, client: client,
+		nodes:  corelisters.NewNodeLister(nodeInformer.GetIndexer()),
+		synced: nodeInformer.HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-taint-fallback"}),
+	}
+	add := func(obj any) {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			r.queue.Add(key)
+		}
+	}
+	_, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, o any) { add(o) }})
+	return r, err
+}
+
+// Run works while ctx lasts; the caller runs it only while leading.
+func (r *Remover) Run(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), r.synced) {
+		return fmt.Errorf("the node cache did not sync")
+	}
+	r.active.Store(true)
+	defer r.active.Store(false)
+	nodes, _ := r.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		r.queue.Add(n.Name)
+	}
+	klog.FromContext(ctx).Info("Startup taint fallback active", "taint", r.cfg.TaintKey, "condition", r.cfg.ConditionType)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r.next(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	r.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (r *Remover) next(ctx context.Context) bool {
+	name, shutdown := r.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer r.queue.Done(name)
+	if err := r.sync(ctx, name); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Removing the startup taint failed; retrying", "node", name)
+		r.queue.AddRateLimited(name)
+		return true
+	}
+	r.queue.Forget(name)
+	return true
+}
+
+func (r *Remover) sync(ctx context.Context, name string) error {
+	if !r.active.Load() {
+		return nil
+	}
+	node, err := r.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	patch, ok, err := Patch(node, r.cfg, time.Now())
+	if err != nil || !ok {
+		return err
+	}
+	_, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		// A conflict means the node changed: the informer brings the new
+		// version and the retry re-evaluates it.
+		return fmt.Errorf("patching node %s: %w", name, err)
+	}
+	klog.FromContext(ctx).Info("Removed the startup taint", "node", name, "taint", r.cfg.TaintKey)
+	return nil
+}
