@@ -127,7 +127,9 @@ func condition(c *certv1.CertificateSigningRequest, typ certv1.RequestConditionT
 	return nil
 }
 
-func approved(c *certv1.CertificateSigningRequest) bool { return condition(c, certv1.CertificateApproved) != nil }
+func approved(c *certv1.CertificateSigningRequest) bool {
+	return condition(c, certv1.CertificateApproved) != nil
+}
 
 func labelled(c *certv1.CertificateSigningRequest) bool {
 	return c.Labels[csrmatch.NodeLabel] != ""
