@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image clean help
+.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up kind-down e2e-kind clean help
 
 all: build
 
@@ -27,8 +27,8 @@ lint: ## go vet and gofmt (both modules).
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
 
-static: ## Static manifest checks (kustomize builds, strict decoding, promtool rule tests).
-	@if [ -d manifests/base ]; then $(GO) test -count=1 ./manifests/...; else echo "static: no kustomize manifests yet"; fi
+static: ## Static manifest checks: kustomize builds, strict decoding, CRD schema, kind config, promtool alert tests.
+	cd e2e && $(GO) test -count=1 ./static/
 
 e2e: ## End-to-end suite against the local cluster of real Kubernetes binaries (root).
 	@if [ -f e2e/go.mod ]; then $(MAKE) -C e2e test; else echo "e2e: no local-cluster suite yet (see issue: local cluster)"; fi
@@ -48,6 +48,12 @@ demo-down: ## Stop the demo cluster.
 image: ## Build the container image (needs a Docker engine).
 	@if docker info >/dev/null 2>&1; then docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t certready:$(VERSION) .; \
 	  else echo "make image: no Docker engine here (docker info failed); build the image where Docker runs."; exit 1; fi
+
+kind-up: ## Create the kind cluster, load the image, apply the manifests (needs Docker and kind).
+	kind/kind-up.sh
+
+kind-down: ## Delete the kind cluster.
+	kind/kind-down.sh
 
 clean: ## Remove build outputs.
 	rm -rf bin

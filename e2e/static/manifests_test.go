@@ -1,0 +1,361 @@
+// Package static checks the shipped manifests without a cluster: kustomize
+// builds every overlay, every object decodes strictly into its API type, the
+// pieces agree with each other, the NodeReadinessRule validates against the
+// CRD's schema, and every alert is unit-tested with promtool.
+package static
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	apiextinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+const root = "../../manifests"
+
+var overlays = []string{"base", "overlays/nrc", "overlays/standalone"}
+
+func build(t *testing.T, dir string) resmap.ResMap {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(root, dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return m
+}
+
+var strict = json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Yaml: true, Strict: true})
+
+// crdKinds are validated elsewhere (schema or promtool), not by the scheme.
+var crdKinds = map[string]bool{"NodeReadinessRule": true, "ServiceMonitor": true, "PrometheusRule": true}
+
+func decodeAll(t *testing.T, m resmap.ResMap) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for _, r := range m.Resources() {
+		if crdKinds[r.GetKind()] {
+			continue
+		}
+		data, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := strict.Decode(data, nil, nil)
+		if err != nil {
+			t.Errorf("%s %s does not decode strictly: %v", r.GetKind(), r.GetName(), err)
+			continue
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+func TestOverlaysBuildAndDecodeStrictly(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o, func(t *testing.T) {
+			objs := decodeAll(t, build(t, o))
+			if len(objs) < 10 {
+				t.Errorf("only %d objects", len(objs))
+			}
+		})
+	}
+}
+
+func find[T runtime.Object](objs []runtime.Object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func TestPiecesAgree(t *testing.T) {
+	objs := decodeAll(t, build(t, "base"))
+	ds := find[*appsv1.DaemonSet](objs)
+	dep := find[*appsv1.Deployment](objs)
+	if len(ds) != 1 || len(dep) != 1 {
+		t.Fatalf("%d DaemonSets, %d Deployments", len(ds), len(dep))
+	}
+	agent, approver := ds[0], dep[0]
+	images := map[string]bool{agent.Spec.Template.Spec.Containers[0].Image: true, approver.Spec.Template.Spec.Containers[0].Image: true}
+	if len(images) != 1 || !images["certready:dev"] {
+		t.Errorf("images %v, want one image certready:dev", images)
+	}
+	for _, o := range objs {
+		m := o.(interface{ GetNamespace() string; GetName() string; GetLabels() map[string]string })
+		if ns := m.GetNamespace(); ns != "" && ns != "certready-system" {
+			t.Errorf("%s in namespace %s", m.GetName(), ns)
+		}
+		if m.GetLabels()["app.kubernetes.io/part-of"] != "certready" {
+			t.Errorf("%T %s lacks app.kubernetes.io/part-of", o, m.GetName())
+		}
+	}
+	for _, w := range []struct {
+		name     string
+		selector map[string]string
+		labels   map[string]string
+		sa       string
+	}{
+		{"agent", agent.Spec.Selector.MatchLabels, agent.Spec.Template.Labels, agent.Spec.Template.Spec.ServiceAccountName},
+		{"approver", approver.Spec.Selector.MatchLabels, approver.Spec.Template.Labels, approver.Spec.Template.Spec.ServiceAccountName},
+	} {
+		for k, v := range w.selector {
+			if w.labels[k] != v {
+				t.Errorf("%s: selector %s=%s does not match the pod labels", w.name, k, v)
+			}
+		}
+		found := false
+		for _, sa := range find[*corev1.ServiceAccount](objs) {
+			found = found || sa.Name == w.sa
+		}
+		if !found {
+			t.Errorf("%s: service account %q is not shipped", w.name, w.sa)
+		}
+	}
+	for _, svc := range find[*corev1.Service](objs) {
+		matches := func(pod map[string]string) bool {
+			for k, v := range svc.Spec.Selector {
+				if pod[k] != v {
+					return false
+				}
+			}
+			return true
+		}
+		if !matches(agent.Spec.Template.Labels) && !matches(approver.Spec.Template.Labels) {
+			t.Errorf("Service %s selects no pod", svc.Name)
+		}
+	}
+}
+
+func TestAgentDaemonSet(t *testing.T) {
+	ds := find[*appsv1.DaemonSet](decodeAll(t, build(t, "base")))[0]
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	var pki *corev1.Volume
+	for i := range spec.Volumes {
+		if spec.Volumes[i].HostPath != nil && spec.Volumes[i].HostPath.Path == "/var/lib/kubelet/pki" {
+			pki = &spec.Volumes[i]
+		}
+	}
+	if pki == nil {
+		t.Fatal("no hostPath volume of /var/lib/kubelet/pki")
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == pki.Name {
+			mounted = true
+			if m.MountPath != pki.HostPath.Path || !m.ReadOnly {
+				t.Errorf("pki mounted at %s (readOnly=%v): the kubelet's symlink target is absolute, mount it read-only at its host path", m.MountPath, m.ReadOnly)
+			}
+		}
+	}
+	if !mounted {
+		t.Error("pki volume not mounted")
+	}
+	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("hostNetwork=%v priorityClass=%q", spec.HostNetwork, spec.PriorityClassName)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != corev1.TolerationOpExists || spec.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want one that tolerates every taint", spec.Tolerations)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("security context %+v", sc)
+	}
+	if u := ds.Spec.UpdateStrategy.RollingUpdate; u == nil || u.MaxUnavailable == nil || u.MaxUnavailable.String() != "10%" {
+		t.Errorf("rolling update %+v, want maxUnavailable 10%%", u)
+	}
+	var nodeName bool
+	for _, e := range c.Env {
+		nodeName = nodeName || (e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName")
+	}
+	if !nodeName {
+		t.Error("NODE_NAME is not from the downward API spec.nodeName")
+	}
+	if c.LivenessProbe == nil || c.ReadinessProbe == nil || c.Resources.Limits.Memory().IsZero() {
+		t.Error("probes or limits missing")
+	}
+}
+
+func TestStandaloneTurnsOnTheTaintFallback(t *testing.T) {
+	dep := find[*appsv1.Deployment](decodeAll(t, build(t, "overlays/standalone")))[0]
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady") {
+		t.Errorf("args %v", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	base := find[*appsv1.Deployment](decodeAll(t, build(t, "base")))[0]
+	for _, a := range base.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--remove-startup-taint") {
+			t.Error("the base turns the taint fallback on")
+		}
+	}
+}
+
+func loadCRD(t *testing.T) *apiextv1.CustomResourceDefinition {
+	t.Helper()
+	data, err := os.ReadFile("../../../shared/nrc/nodereadinessrules.crd.yaml")
+	if err != nil {
+		t.Skipf("the NodeReadinessRule CRD is not beside the repository: %v", err)
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	return &crd
+}
+
+func TestNodeReadinessRuleMatchesTheCRD(t *testing.T) {
+	crd := loadCRD(t)
+	var rule map[string]any
+	for _, r := range build(t, "overlays/nrc").Resources() {
+		if r.GetKind() == "NodeReadinessRule" {
+			m, err := r.Map()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule = m
+		}
+	}
+	if rule == nil {
+		t.Fatal("the nrc overlay ships no NodeReadinessRule")
+	}
+	errs := validateAgainst(t, crd, rule)
+	for _, e := range errs {
+		t.Error(e)
+	}
+	// The validator must be able to say no.
+	bad := map[string]any{"apiVersion": rule["apiVersion"], "kind": rule["kind"], "metadata": rule["metadata"],
+		"spec": map[string]any{"enforcementMode": "sometimes"}}
+	if len(validateAgainst(t, crd, bad)) == 0 {
+		t.Error("the schema accepted a rule without conditions or taint")
+	}
+}
+
+func validateAgainst(t *testing.T, crd *apiextv1.CustomResourceDefinition, obj map[string]any) []string {
+	t.Helper()
+	gv := strings.SplitN(obj["apiVersion"].(string), "/", 2)
+	if gv[0] != crd.Spec.Group || obj["kind"] != crd.Spec.Names.Kind {
+		return []string{fmt.Sprintf("%v/%v is not %s/%s", obj["apiVersion"], obj["kind"], crd.Spec.Group, crd.Spec.Names.Kind)}
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name != gv[1] {
+			continue
+		}
+		var internal apiextinternal.CustomResourceValidation
+		if err := apiextv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(v.Schema, &internal, nil); err != nil {
+			t.Fatal(err)
+		}
+		sv, _, err := validation.NewSchemaValidator(internal.OpenAPIV3Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range validation.ValidateCustomResource(field.NewPath(""), obj, sv) {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{fmt.Sprintf("the CRD serves no version %s", gv[1])}
+}
+
+func TestAlertsWithPromtool(t *testing.T) {
+	if _, err := exec.LookPath("promtool"); err != nil {
+		t.Fatal("promtool not found: install the Debian package prometheus (.ci/run does)")
+	}
+	data, err := os.ReadFile(filepath.Join(root, "components/monitoring/prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(data, &pr); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join(root, "components/monitoring/tests/alerts_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "alerts_test.yaml"}} {
+		cmd := exec.Command("promtool", args...)
+		cmd.Dir = dir
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+	}
+	// Every alert has at least one promtool test case.
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			name := r.(map[string]any)["alert"].(string)
+			if !strings.Contains(string(tests), "alertname: "+name+"\n") {
+				t.Errorf("alert %s has no promtool test", name)
+			}
+		}
+	}
+}
+
+func TestMonitoringComponentBuilds(t *testing.T) {
+	// kustomize takes only relative paths: a throw-away overlay inside
+	// manifests/, removed afterwards.
+	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".monitoring-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := "resources:\n- ../../base\ncomponents:\n- ../../components/monitoring\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range m.Resources() {
+		kinds = append(kinds, r.GetKind())
+	}
+	for _, want := range []string{"ServiceMonitor", "PrometheusRule"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("no %s in %v", want, kinds)
+		}
+	}
+}
