@@ -14,14 +14,14 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
@@ -103,7 +103,11 @@ func TestPiecesAgree(t *testing.T) {
 		t.Errorf("images %v, want one image certready:dev", images)
 	}
 	for _, o := range objs {
-		m := o.(interface{ GetNamespace() string; GetName() string; GetLabels() map[string]string })
+		m := o.(interface {
+			GetNamespace() string
+			GetName() string
+			GetLabels() map[string]string
+		})
 		if ns := m.GetNamespace(); ns != "" && ns != "certready-system" {
 			t.Errorf("%s in namespace %s", m.GetName(), ns)
 		}
