@@ -1,0 +1,161 @@
+// Command localnode is one node of the local cluster, run by the harness
+// inside the cluster's network namespace and a private mount namespace
+// (nsenter --net=... unshare -m --propagation private localnode node ...):
+//
+//	localnode node --dir D --ip IP --cri SOCK [--bind SRC:DST]... -- kubelet ARGS...
+//	  bind-mounts the node's folders at the standard paths (/var/lib/kubelet,
+//	  /var/log/pods, ...), serves the CRI runtime and runs the kubelet.
+//	localnode container --root R --bin B [--mount SRC:DST[:ro]]... -- ARGS...
+//	  builds a container's root (tmpfs with only the binary and the mounts),
+//	  chroots into it and execs the binary. Started by the runtime in a new
+//	  mount namespace.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/certready/certready/e2e/criruntime"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: localnode node|container ...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "node":
+		err = node(os.Args[2:])
+	case "container":
+		err = containerMain(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "localnode %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func node(args []string) error {
+	fs := pflag.NewFlagSet("node", pflag.ContinueOnError)
+	dir := fs.String("dir", "", "the node's folder")
+	ip := fs.String("ip", "", "the node's address")
+	cri := fs.String("cri", "", "CRI socket path")
+	binds := fs.StringArray("bind", nil, "SRC:DST bind mounts that make the node's folders appear at the standard paths")
+	images := fs.StringArray("image", nil, "PREFIX=BINARY: images whose containers run BINARY")
+	podIPs := fs.StringSlice("pod-ips", nil, "addresses for this node's pods (added to the namespace's link on use)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	kubelet := fs.Args()
+	if len(kubelet) == 0 {
+		return fmt.Errorf("no kubelet command after --")
+	}
+	// Nothing mounted here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	for _, b := range *binds {
+		src, dst, ok := strings.Cut(b, ":")
+		if !ok {
+			return fmt.Errorf("--bind %q: want SRC:DST", b)
+		}
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bins := map[string]string{}
+	for _, im := range *images {
+		prefix, bin, ok := strings.Cut(im, "=")
+		if !ok {
+			return fmt.Errorf("--image %q: want PREFIX=BINARY", im)
+		}
+		bins[prefix] = bin
+	}
+	pool := newIPPool(*podIPs)
+	rt := criruntime.New(criruntime.Config{
+		Binaries: bins,
+		Launcher: self,
+		RootDir:  filepath.Join(*dir, "containers"),
+		NodeIP:   *ip,
+		PodIPs:   pool.take,
+		Release:  pool.give,
+	})
+	if err := rt.Start("unix://" + *cri); err != nil {
+		return err
+	}
+	defer rt.Stop()
+
+	cmd := exec.Command(kubelet[0], kubelet[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the kubelet: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sig:
+		_ = cmd.Process.Signal(s)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		return nil
+	case err := <-exited:
+		return fmt.Errorf("the kubelet exited: %v", err)
+	}
+}
+
+// ipPool hands out pod addresses, adding each to the namespace's link.
+type ipPool struct {
+	free chan string
+}
+
+func newIPPool(ips []string) *ipPool {
+	p := &ipPool{free: make(chan string, len(ips))}
+	for _, ip := range ips {
+		p.free <- ip
+	}
+	return p
+}
+
+func (p *ipPool) take() (string, error) {
+	select {
+	case ip := <-p.free:
+		out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "v0").CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "File exists") {
+			return "", fmt.Errorf("adding pod address %s: %v: %s", ip, err, out)
+		}
+		return ip, nil
+	default:
+		return "", fmt.Errorf("no pod address left on this node")
+	}
+}
+
+func (p *ipPool) give(ip string) {
+	_ = exec.Command("ip", "addr", "del", ip+"/32", "dev", "v0").Run()
+	p.free <- ip
+}

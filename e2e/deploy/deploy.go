@@ -1,0 +1,138 @@
+// Package deploy installs certready into a local cluster from the project's
+// manifests, exactly as on any cluster (kubectl apply -k), and shows what an
+// operator would look at.
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/e2e/localcluster"
+)
+
+const (
+	Namespace     = "certready-system"
+	ConditionType = "KubeletServingCertNotReady"
+)
+
+// Certready applies the kustomize overlay and waits for the agents on
+// every node and for an approver to be ready.
+func Certready(ctx context.Context, c *localcluster.Cluster, overlay string, logf func(string, ...any)) error {
+	logf("deploying certready: kubectl apply -k %s", overlay)
+	if _, err := c.Kubectl(ctx, "apply", "-k", overlay); err != nil {
+		return err
+	}
+	return WaitRollout(ctx, c, logf)
+}
+
+// WaitRollout waits until the agent DaemonSet runs on every node and the
+// approver Deployment has an available replica.
+func WaitRollout(ctx context.Context, c *localcluster.Cluster, logf func(string, ...any)) error {
+	nodes := len(c.Nodes())
+	err := localcluster.Poll(ctx, 3*time.Minute, "the certready agent on every node and an approver", func() (bool, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "certready-agent", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		dep, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return int(ds.Status.NumberReady) == nodes && dep.Status.AvailableReplicas >= 1, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, podSummary(ctx, c))
+	}
+	logf("certready agents ready on %d nodes, approver available", nodes)
+	return nil
+}
+
+func podSummary(ctx context.Context, c *localcluster.Cluster) string {
+	out, _ := c.Kubectl(ctx, "get", "pods", "-A", "-o", "wide")
+	return out
+}
+
+// WaitUntainted waits until no worker carries the startup taint.
+func WaitUntainted(ctx context.Context, c *localcluster.Cluster, timeout time.Duration) error {
+	return localcluster.Poll(ctx, timeout, "every worker's startup taint to be lifted", func() (bool, error) {
+		for _, w := range c.Workers() {
+			n, err := c.Client.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if HasStartupTaint(n) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// HasStartupTaint reports whether n carries the startup taint.
+func HasStartupTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == localcluster.StartupTaint {
+			return true
+		}
+	}
+	return false
+}
+
+// Showcase waits for the taints to lift and prints what an operator sees.
+func Showcase(ctx context.Context, c *localcluster.Cluster, w io.Writer, logf func(string, ...any)) error {
+	logf("waiting for every worker's serving certificate (CSR -> approval -> kubelet -> condition False -> taint removed)")
+	start := time.Now()
+	if err := WaitUntainted(ctx, c, 3*time.Minute); err != nil {
+		return err
+	}
+	logf("all workers untainted after %s", time.Since(start).Round(time.Second))
+	for _, n := range c.Workers() {
+		out, err := c.Kubectl(ctx, "describe", "node", n.Name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\n$ kubectl describe node %s   (excerpt)\n%s", n.Name, excerpt(out))
+	}
+	out, err := c.Kubectl(ctx, "get", "csr", "-o", "custom-columns=NAME:.metadata.name,SIGNER:.spec.signerName,REQUESTOR:.spec.username,CONDITION:.status.conditions[*].type,NODE:.metadata.labels.certready\\.io/node")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n$ kubectl get csr\n%s", out)
+	pod, err := c.Kubectl(ctx, "-n", Namespace, "get", "pods", "-l", "app.kubernetes.io/component=agent",
+		"--field-selector", "spec.nodeName="+c.Workers()[0].Name, "-o", "jsonpath={.items[0].metadata.name}")
+	if err != nil {
+		return err
+	}
+	logs, err := c.Kubectl(ctx, "-n", Namespace, "logs", pod, "--tail=3")
+	if err != nil {
+		return fmt.Errorf("kubectl logs through the kubelet of %s failed: %w", c.Workers()[0].Name, err)
+	}
+	fmt.Fprintf(w, "\n$ kubectl -n %s logs %s --tail=3   (served by the kubelet of %s over verified TLS)\n%s", Namespace, pod, c.Workers()[0].Name, logs)
+	return nil
+}
+
+// excerpt keeps the Taints line and the certready condition rows.
+func excerpt(describe string) string {
+	var b strings.Builder
+	lines := strings.Split(describe, "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "Taints:"), strings.HasPrefix(l, "Name:"):
+			b.WriteString(l + "\n")
+		case strings.HasPrefix(l, "Conditions:"):
+			b.WriteString(l + "\n")
+			if i+2 < len(lines) {
+				b.WriteString(lines[i+1] + "\n" + lines[i+2] + "\n")
+			}
+		case strings.Contains(l, ConditionType):
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,134 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Addresses inside the cluster's own network namespace (TEST-NET-1: never
+// routed anywhere; nothing leaves the namespace).
+const (
+	APIServerIP  = "192.0.2.1"
+	ServiceIP    = "10.0.0.1"
+	ServiceRange = "10.0.0.0/24"
+	linkName     = "v0"
+	peerName     = "v1"
+)
+
+// netns is a named network namespace with one veth pair inside it.
+type netns struct {
+	name string
+	path string
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (n *netns) exec(args ...string) error {
+	return run("nsenter", append([]string{"--net=" + n.path, "--"}, args...)...)
+}
+
+func createNetns(name string) (*netns, error) {
+	_ = run("ip", "netns", "del", name) // a leftover of a killed run
+	if err := run("ip", "netns", "add", name); err != nil {
+		return nil, err
+	}
+	n := &netns{name: name, path: "/run/netns/" + name}
+	steps := [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", linkName, "type", "veth", "peer", "name", peerName},
+		{"ip", "link", "set", linkName, "up"},
+		{"ip", "link", "set", peerName, "up"},
+		{"ip", "addr", "add", APIServerIP + "/24", "dev", linkName},
+		// No kube-proxy: the kubernetes Service address is one DNAT rule.
+		{"ip", "route", "add", ServiceRange, "dev", linkName},
+		{"iptables", "-t", "nat", "-A", "OUTPUT", "-d", ServiceIP, "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", APIServerIP + ":6443"},
+	}
+	for _, s := range steps {
+		if err := n.exec(s...); err != nil {
+			n.delete()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *netns) addAddress(ip string) error {
+	return n.exec("ip", "addr", "add", ip+"/24", "dev", linkName)
+}
+
+func (n *netns) delete() {
+	_ = run("ip", "netns", "del", n.name)
+}
+
+// dialer opens TCP connections from inside the namespace. One OS thread
+// enters the namespace and never leaves it: Go forbids returning such a
+// thread to the scheduler, so it stays locked until the dialer is closed,
+// and then dies with its goroutine.
+type dialer struct {
+	reqs chan dialReq
+}
+
+type dialReq struct {
+	ctx  context.Context
+	addr string
+	resp chan dialResp
+}
+
+type dialResp struct {
+	conn net.Conn
+	err  error
+}
+
+func newDialer(nsPath string) (*dialer, error) {
+	d := &dialer{reqs: make(chan dialReq)}
+	ready := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is discarded
+		f, err := os.Open(nsPath)
+		if err != nil {
+			ready <- err
+			return
+		}
+		err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+		f.Close()
+		ready <- err
+		if err != nil {
+			return
+		}
+		for r := range d.reqs {
+			c, err := (&net.Dialer{}).DialContext(r.ctx, "tcp", r.addr)
+			r.resp <- dialResp{c, err}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, fmt.Errorf("entering %s: %w", nsPath, err)
+	}
+	return d, nil
+}
+
+// DialContext dials addr inside the namespace.
+func (d *dialer) DialContext(ctx context.Context, _, addr string) (net.Conn, error) {
+	r := dialReq{ctx: ctx, addr: addr, resp: make(chan dialResp, 1)}
+	select {
+	case d.reqs <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res := <-r.resp
+	return res.conn, res.err
+}
+
+func (d *dialer) close() { close(d.reqs) }
