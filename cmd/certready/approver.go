@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -37,7 +39,7 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
 	fs.StringVar(&o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
-	fs.StringVar(&o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name).")
+	fs.StringVar(&o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name). A random suffix is added per process, so a restarted container never mistakes the Lease of its crashed predecessor for its own.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
@@ -72,6 +74,11 @@ func runApprover(ctx context.Context, args []string) int {
 		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))
 	}
 	o.ConditionType = corev1.NodeConditionType(condType)
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return fail(err)
+	}
+	o.Identity += "_" + hex.EncodeToString(suffix)
 
 	client, err := kf.client("certready-approver/" + version)
 	if err != nil {

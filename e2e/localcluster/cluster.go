@@ -165,6 +165,15 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
+	// Pods can be created once the controller manager made the default
+	// service account.
+	err = poll(ctx, 60*time.Second, "the default service account", func() (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -582,4 +591,48 @@ func NodeCondition(n *corev1.Node, t string) *corev1.NodeCondition {
 		}
 	}
 	return nil
+}
+
+// NodeRESTConfig is a client configuration with the node's own kubelet
+// credentials (system:node:<name>), to act as that node would.
+func (c *Cluster) NodeRESTConfig(name string) *rest.Config {
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.TLSClientConfig.CertFile = c.pki.path("node-" + name + ".crt")
+	cfg.TLSClientConfig.KeyFile = c.pki.path("node-" + name + ".key")
+	return cfg
+}
+
+// RestartControllerManager restarts kube-controller-manager with another
+// --cluster-signing-duration (0: the default).
+func (c *Cluster) RestartControllerManager(signing time.Duration) error {
+	c.mu.Lock()
+	p := c.procs["kube-controller-manager"]
+	c.mu.Unlock()
+	p.stop(10 * time.Second)
+	c.cfg.SigningDuration = signing
+	return c.startControllerManager()
+}
+
+// ContainerPIDs returns the host pids of container processes whose
+// environment holds env (for example POD_NAME=<pod>).
+func ContainerPIDs(env string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(data), "\x00") {
+			if kv == env {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -165,6 +165,9 @@ func TestAgentDaemonSet(t *testing.T) {
 	if pki == nil {
 		t.Fatal("no hostPath volume of /var/lib/kubelet/pki")
 	}
+	if pki.HostPath.Type == nil || *pki.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("pki hostPath type %v: a node whose kubelet has not written a serving certificate yet may lack the folder; the agent must still start", pki.HostPath.Type)
+	}
 	mounted := false
 	for _, m := range c.VolumeMounts {
 		if m.Name == pki.Name {
