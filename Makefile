@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up kind-down e2e-kind clean help
+.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up kind-down clean help
 
 all: build
 
@@ -33,11 +33,11 @@ static: ## Static manifest checks: kustomize builds, strict decoding, CRD schema
 e2e: ## End-to-end suite against the local cluster of real Kubernetes binaries (root).
 	$(MAKE) -C e2e test
 
-bench-smoke: ## Tiny benchmark run (CI: proves the benchmark code works).
-	$(GO) test -run '^$$' -bench . -benchtime 10x ./reporter/... 
+bench-smoke: ## Tiny benchmark run on the local cluster (CI: proves the benchmarks work; root).
+	$(MAKE) -C e2e bench-smoke
 
-bench: ## Benchmarks with figures.
-	$(GO) test -run '^$$' -bench . -benchtime 50x ./reporter/...
+bench: ## Benchmarks on the local cluster (root): latency, approval storms, API load, footprint. BENCH_ARGS=--storm=100,1000,5000
+	$(MAKE) -C e2e bench
 
 demo: ## Start the local cluster (root), deploy certready, show the taints lifted; stays up.
 	$(MAKE) -C e2e demo

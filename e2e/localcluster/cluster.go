@@ -65,7 +65,12 @@ type Config struct {
 	Workers int
 	// SigningDuration is the controller manager's --cluster-signing-duration.
 	SigningDuration time.Duration
-	Logf            func(format string, args ...any)
+	// ControlPlaneOnly starts no kubelet at all (benchmarks simulate nodes).
+	ControlPlaneOnly bool
+	// AuditPolicy, when set, is written as the API server's audit policy;
+	// the log is AuditLog().
+	AuditPolicy string
+	Logf        func(format string, args ...any)
 }
 
 // Node is one kubelet.
@@ -157,7 +162,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err = c.startControlPlane(ctx); err != nil {
 		return nil, err
 	}
-	if _, err = c.AddNode(ctx, "control-plane", true); err != nil {
+	if cfg.ControlPlaneOnly {
+		cfg.Workers = 0
+	} else if _, err = c.AddNode(ctx, "control-plane", true); err != nil {
 		return nil, err
 	}
 	for i := 1; i <= cfg.Workers; i++ {
@@ -231,7 +238,7 @@ func (c *Cluster) startInNS(name string, args ...string) (*proc, error) {
 
 func (c *Cluster) apiserverArgs() []string {
 	p := c.pki
-	return []string{c.bin("kube-apiserver"),
+	args := []string{c.bin("kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address=" + APIServerIP, "--advertise-address=" + APIServerIP, "--secure-port=6443",
 		"--tls-cert-file=" + p.path("apiserver.crt"), "--tls-private-key-file=" + p.path("apiserver.key"),
@@ -247,9 +254,21 @@ func (c *Cluster) apiserverArgs() []string {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
+	if c.cfg.AuditPolicy != "" {
+		args = append(args, "--audit-policy-file="+filepath.Join(c.cfg.StateDir, "audit-policy.yaml"), "--audit-log-path="+c.AuditLog())
+	}
+	return args
 }
 
+// AuditLog is the API server's audit log (with Config.AuditPolicy).
+func (c *Cluster) AuditLog() string { return filepath.Join(c.cfg.StateDir, "logs", "audit.log") }
+
 func (c *Cluster) startControlPlane(ctx context.Context) error {
+	if c.cfg.AuditPolicy != "" {
+		if err := os.WriteFile(filepath.Join(c.cfg.StateDir, "audit-policy.yaml"), []byte(c.cfg.AuditPolicy), 0o644); err != nil {
+			return err
+		}
+	}
 	c.logf("starting etcd and kube-apiserver")
 	etcdDir := filepath.Join(c.cfg.StateDir, "etcd")
 	if _, err := c.startInNS("etcd", c.bin("etcd"), "--data-dir="+etcdDir,
@@ -636,3 +655,64 @@ func ContainerPIDs(env string) []int {
 	}
 	return out
 }
+
+// Process is a process the cluster supervises.
+type Process struct{ p *proc }
+
+// PID is the process id (of nsenter's exec'd program).
+func (p *Process) PID() int { return p.p.cmd.Process.Pid }
+
+// Stop ends it.
+func (p *Process) Stop() { p.p.stop(5 * time.Second) }
+
+// StartInNS starts args inside the cluster's network namespace; its output
+// goes to the cluster's log folder as <name>.log. Stop ends it with the rest.
+func (c *Cluster) StartInNS(name string, args ...string) (*Process, error) {
+	p, err := c.startInNS(name, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p}, nil
+}
+
+// AddAddress adds ip/24 to the namespace's link (a simulated node's address).
+func (c *Cluster) AddAddress(ip string) error { return c.ns.addAddress(ip) }
+
+// ListenInNS listens on addr inside the namespace.
+func (c *Cluster) ListenInNS(addr string) (net.Listener, error) { return c.dial.listen(addr) }
+
+// ClientCert issues a client certificate for cn/orgs from the cluster CA and
+// writes a kubeconfig for it that works inside the namespace; it returns the
+// kubeconfig's path and a host-usable REST config.
+func (c *Cluster) ClientCert(name, cn string, orgs ...string) (string, *rest.Config, error) {
+	if err := c.pki.client(name, cn, orgs...); err != nil {
+		return "", nil, err
+	}
+	path := filepath.Join(c.cfg.StateDir, name+".kubeconfig")
+	if err := c.pki.kubeconfig(path, "https://"+APIServerIP+":6443", name); err != nil {
+		return "", nil, err
+	}
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.TLSClientConfig.CertFile = c.pki.path(name + ".crt")
+	cfg.TLSClientConfig.KeyFile = c.pki.path(name + ".key")
+	return path, cfg, nil
+}
+
+// ClientCertPEM issues a client certificate and returns it and its key in
+// PEM form, for clients made in memory (many simulated node identities).
+func (c *Cluster) ClientCertPEM(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	name := "mem-" + strings.ReplaceAll(cn, ":", "-")
+	if err := c.pki.client(name, cn, orgs...); err != nil {
+		return nil, nil, err
+	}
+	defer os.Remove(c.pki.path(name + ".crt"))
+	defer os.Remove(c.pki.path(name + ".key"))
+	if certPEM, err = os.ReadFile(c.pki.path(name + ".crt")); err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = os.ReadFile(c.pki.path(name + ".key"))
+	return certPEM, keyPEM, err
+}
+
+// CAKeyPair returns the paths of the cluster CA certificate and key.
+func (c *Cluster) CAKeyPair() (string, string) { return c.pki.path("ca.crt"), c.pki.path("ca.key") }

@@ -82,13 +82,15 @@ type dialer struct {
 }
 
 type dialReq struct {
-	ctx  context.Context
-	addr string
-	resp chan dialResp
+	ctx    context.Context
+	addr   string
+	listen bool
+	resp   chan dialResp
 }
 
 type dialResp struct {
 	conn net.Conn
+	ln   net.Listener
 	err  error
 }
 
@@ -109,8 +111,13 @@ func newDialer(nsPath string) (*dialer, error) {
 			return
 		}
 		for r := range d.reqs {
+			if r.listen {
+				ln, err := net.Listen("tcp", r.addr)
+				r.resp <- dialResp{ln: ln, err: err}
+				continue
+			}
 			c, err := (&net.Dialer{}).DialContext(r.ctx, "tcp", r.addr)
-			r.resp <- dialResp{c, err}
+			r.resp <- dialResp{conn: c, err: err}
 		}
 	}()
 	if err := <-ready; err != nil {
@@ -129,6 +136,15 @@ func (d *dialer) DialContext(ctx context.Context, _, addr string) (net.Conn, err
 	}
 	res := <-r.resp
 	return res.conn, res.err
+}
+
+// listen opens a listener inside the namespace; accepting on it works from
+// any thread, since the socket belongs to the namespace it was made in.
+func (d *dialer) listen(addr string) (net.Listener, error) {
+	r := dialReq{ctx: context.Background(), addr: addr, listen: true, resp: make(chan dialResp, 1)}
+	d.reqs <- r
+	res := <-r.resp
+	return res.ln, res.err
 }
 
 func (d *dialer) close() { close(d.reqs) }

@@ -169,15 +169,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()
-	enqueue := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.queue.Add(checkKey) },
-		UpdateFunc: func(any, any) { a.queue.Add(checkKey) },
-		DeleteFunc: func(any) { a.queue.Add(checkKey) },
+	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {
+		counter := a.metrics.events.WithLabelValues(resource)
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { counter.Inc(); a.queue.Add(checkKey) },
+			UpdateFunc: func(any, any) { counter.Inc(); a.queue.Add(checkKey) },
+			DeleteFunc: func(any) { counter.Inc(); a.queue.Add(checkKey) },
+		}
 	}
-	if _, err := nodeInformer.Informer().AddEventHandler(enqueue); err != nil {
+	if _, err := nodeInformer.Informer().AddEventHandler(enqueue("nodes")); err != nil {
 		return err
 	}
-	if _, err := csrInformer.Informer().AddEventHandler(enqueue); err != nil {
+	if _, err := csrInformer.Informer().AddEventHandler(enqueue("csrs")); err != nil {
 		return err
 	}
 	a.nodes = nodeInformer.Lister()

@@ -22,6 +22,7 @@ type metrics struct {
 	transitions   *prometheus.CounterVec
 	lastSuccess   prometheus.Gauge
 	writes        *prometheus.CounterVec
+	events        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -63,8 +64,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "certready_condition_writes_total",
 			Help: "Condition writes by outcome (Transitioned, Written, Skipped, Error).",
 		}, []string{"outcome"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_watch_events_total",
+			Help: "Informer events received, by resource (nodes: its own Node only; csrs: its own labelled CSRs only). Flat in cluster size by design.",
+		}, []string{"resource"}),
 	}
-	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes)
+	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events)
 	for _, r := range verdict.AllReasons {
 		m.reason.WithLabelValues(string(r)).Set(0)
 	}

@@ -1,0 +1,189 @@
+// Command bench measures certready on the local cluster of real Kubernetes
+// binaries and prints a table (raw results as JSON):
+//
+//  1. readiness latency: symlink swap -> condition False, and -> startup
+//     taint removed, side by side with a 10-second file-existence poller;
+//  2. approval storm: N real CSRs from N distinct node identities;
+//  3. API load of one agent with 1, 100 and 1000 simulated nodes;
+//  4. footprint: agent and approver RSS and CPU at idle and in the storm.
+//
+// What is real: etcd, kube-apiserver, kube-controller-manager (the real
+// kubelet-serving signer), the certready agent and approver processes, the
+// CSRs and their signatures, TLS handshakes. What is simulated: the
+// kubelets (Node objects, a TLS listener per node address inside the
+// namespace, and the pki folder laid out as the kubelet does).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/certready/certready/e2e/localcluster"
+)
+
+type results struct {
+	When        time.Time         `json:"when"`
+	Readiness   *readinessResult  `json:"readiness,omitempty"`
+	Storms      []stormResult     `json:"storms,omitempty"`
+	Load        []loadResult      `json:"apiLoad,omitempty"`
+	Footprint   []footprintSample `json:"footprint,omitempty"`
+	BinaryBytes int64             `json:"binaryBytes"`
+	Notes       map[string]string `json:"notes"`
+}
+
+func main() {
+	storms := pflag.String("storm", "100,1000,5000", "approval storm sizes")
+	transitions := pflag.Int("transitions", 50, "readiness transitions to measure")
+	fleet := pflag.String("fleet", "1,100,1000", "simulated cluster sizes for the API load")
+	window := pflag.Duration("load-window", time.Minute, "steady-state window per fleet size")
+	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
+	out := pflag.String("out", "../bench-results", "folder for the JSON results")
+	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, short windows")
+	pflag.Parse()
+	if *smoke {
+		*storms, *transitions, *fleet, *window, *idle = "10", 3, "1,10", 10*time.Second, 5*time.Second
+	}
+	if err := run(*storms, *transitions, *fleet, *window, *idle, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["certready-bench-agent"]
+- level: None
+`
+
+func run(stormSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir string) error {
+	stormSizes, err := ints(stormSpec)
+	if err != nil {
+		return fmt.Errorf("--storm: %w", err)
+	}
+	fleetSizes, err := ints(fleetSpec)
+	if err != nil {
+		return fmt.Errorf("--fleet: %w", err)
+	}
+	bins, err := localcluster.BinariesFromEnv()
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	state, err := os.MkdirTemp("", "crbench-")
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) {
+		fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	c, err := localcluster.Start(ctx, localcluster.Config{
+		Binaries: bins, StateDir: state, Netns: "certready-bench", ControlPlaneOnly: true, AuditPolicy: auditPolicy, Logf: logf,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+
+	b, err := newBench(ctx, c, bins, logf)
+	if err != nil {
+		return err
+	}
+	res := results{When: time.Now().UTC(), Notes: map[string]string{
+		"real":      "etcd, kube-apiserver, kube-controller-manager (kubelet-serving signer), certready agent and approver processes, CSRs, TLS handshakes",
+		"simulated": "kubelets: Node objects, one TLS listener per node address in the namespace, the pki folder laid out as the kubelet does",
+	}}
+	if info, err := os.Stat(bins.Certready); err == nil {
+		res.BinaryBytes = info.Size()
+	}
+	res.Footprint = append(res.Footprint, b.footprint(ctx, "idle", idle)...)
+	if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
+		return err
+	}
+	for _, n := range stormSizes {
+		s, samples, err := b.storm(ctx, n)
+		if err != nil {
+			return err
+		}
+		res.Storms = append(res.Storms, s)
+		res.Footprint = append(res.Footprint, samples...)
+	}
+	for _, n := range fleetSizes {
+		l, err := b.load(ctx, n, window)
+		if err != nil {
+			return err
+		}
+		res.Load = append(res.Load, l)
+	}
+	print(res)
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(outDir, "bench-"+res.When.Format("20060102-150405")+".json")
+	data, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("raw results:", path)
+	return nil
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func print(r results) {
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\n== 1. Readiness latency (symlink swap ->)\tn\tp50\tp99\tmax")
+	if rd := r.Readiness; rd != nil {
+		fmt.Fprintf(w, "agent: condition False\t%d\t%s\t%s\t%s\n", len(rd.ToFalse), ms(pct(rd.ToFalse, .5)), ms(pct(rd.ToFalse, .99)), ms(pct(rd.ToFalse, 1)))
+		fmt.Fprintf(w, "agent + approver fallback: taint removed\t%d\t%s\t%s\t%s\n", len(rd.ToUntainted), ms(pct(rd.ToUntainted, .5)), ms(pct(rd.ToUntainted, .99)), ms(pct(rd.ToUntainted, 1)))
+		fmt.Fprintf(w, "reference: 10 s file poller detects\t%d\t%s\t%s\t%s\n", len(rd.Poller), ms(pct(rd.Poller, .5)), ms(pct(rd.Poller, .99)), ms(pct(rd.Poller, 1)))
+	}
+	fmt.Fprintln(w, "\n== 2. Approval storm\tCSRs\tp50\tp99\tapproved/s")
+	for _, s := range r.Storms {
+		fmt.Fprintf(w, "creation -> Approved=True\t%d\t%s\t%s\t%.1f\n", s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)), s.PerSecond)
+	}
+	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\trequests by verb")
+	for _, l := range r.Load {
+		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.ByVerb)
+	}
+	fmt.Fprintln(w, "\n== 4. Footprint\tprocess\tRSS\tCPU")
+	for _, f := range r.Footprint {
+		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.2f millicores\n", f.Phase, f.Process, float64(f.RSSBytes)/(1<<20), f.Millicores)
+	}
+	fmt.Fprintf(w, "binary\tcertready\t%.1f MiB\t\n", float64(r.BinaryBytes)/(1<<20))
+	w.Flush()
+}
