@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 K8S_VERSION=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ETCD_VERSION=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 dir=${CERTREADY_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/certready}/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-$(go env GOOS)-$(go env GOARCH)
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 missing=()
 for b in "${bins[@]}"; do [ -x "$dir/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$dir"; exit 0; fi

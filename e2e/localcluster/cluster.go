@@ -524,7 +524,12 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 
 // Kubectl runs kubectl against the cluster from the host.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	// The kubectl built with the cluster's own version, else the one on PATH.
+	kubectl := c.bin("kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		kubectl = "kubectl"
+	}
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))

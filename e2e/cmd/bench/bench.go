@@ -426,7 +426,11 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 	var samples []footprintSample
 	sampleTick := time.NewTicker(time.Second)
 	defer sampleTick.Stop()
-	peak := map[string]footprintSample{}
+	phase := fmt.Sprintf("storm %d (peak RSS, mean CPU)", n)
+	peak := map[string]footprintSample{
+		"agent":    {Phase: phase, Process: "agent", RSSBytes: rssBytes(b.agent.PID())},
+		"approver": {Phase: phase, Process: "approver", RSSBytes: rssBytes(b.approver.PID())},
+	}
 	cpu0 := map[string]float64{"agent": cpuSeconds(b.agent.PID()), "approver": cpuSeconds(b.approver.PID())}
 	timeout := time.After(time.Duration(n)*200*time.Millisecond + 2*time.Minute)
 	for len(approvedAt) < n {
@@ -449,7 +453,9 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 		case <-sampleTick.C:
 			for name, p := range map[string]*localcluster.Process{"agent": b.agent, "approver": b.approver} {
 				if rss := rssBytes(p.PID()); rss > peak[name].RSSBytes {
-					peak[name] = footprintSample{Phase: fmt.Sprintf("storm %d (peak RSS)", n), Process: name, RSSBytes: rss}
+					s := peak[name]
+					s.RSSBytes = rss
+					peak[name] = s
 				}
 			}
 		case <-timeout:
