@@ -186,6 +186,17 @@ func (h *harness) install(p *testpki.Pair) {
 	}
 }
 
+// healthy issues a certificate through csr, installs it and serves it: the
+// state of a node whose serving certificate is fully in place.
+func (h *harness) healthy(csr string) *testpki.Pair {
+	h.t.Helper()
+	p := h.issue("w1")
+	h.issueCSR(csr, p)
+	h.install(p)
+	h.kubelet.serve(p)
+	return p
+}
+
 func labelledCSR(name string, created time.Time) *certv1.CertificateSigningRequest {
 	return &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{csrmatch.NodeLabel: "w1"}, CreationTimestamp: metav1.NewTime(created)},
@@ -279,10 +290,7 @@ func (h *harness) queueNudge() {
 
 func TestNoFalseBeforeACompleteCheck(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
-	p := h.issue("w1")
-	h.issueCSR("csr-1", p)
-	h.install(p)
-	h.kubelet.serve(p)
+	h.healthy("csr-1")
 	h.cs.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), `"status":"False"`) && h.kubelet.handshakes.Load() == 0 {
 			t.Errorf("False published before the kubelet endpoint was probed")
@@ -300,10 +308,7 @@ func TestNoFalseBeforeACompleteCheck(t *testing.T) {
 
 func TestShutdownPublishesNothing(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
-	p := h.issue("w1")
-	h.issueCSR("csr-1", p)
-	h.install(p)
-	h.kubelet.serve(p)
+	h.healthy("csr-1")
 	stop := h.run(agent.Config{})
 	h.waitFor(verdict.Ready)
 	stop()
@@ -316,10 +321,7 @@ func TestShutdownPublishesNothing(t *testing.T) {
 
 func TestRotationGapIsNotPublished(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
-	p := h.issue("w1")
-	h.issueCSR("csr-1", p)
-	h.install(p)
-	h.kubelet.serve(p)
+	h.healthy("csr-1")
 	h.run(agent.Config{Settle: time.Second})
 	h.waitFor(verdict.Ready)
 
@@ -362,10 +364,7 @@ func TestPersistentMissingFileIsPublishedAfterSettle(t *testing.T) {
 
 func TestGarbageCollectedCSRKeepsAVerifiedNodeReady(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
-	p := h.issue("w1")
-	h.issueCSR("csr-1", p)
-	h.install(p)
-	h.kubelet.serve(p)
+	h.healthy("csr-1")
 	h.run(agent.Config{})
 	h.waitFor(verdict.Ready)
 	if err := h.cs.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), "csr-1", metav1.DeleteOptions{}); err != nil {
@@ -391,10 +390,7 @@ func TestUnlabelledCSRIsFoundByTheBoundedFallback(t *testing.T) {
 	unlabelled := labelledCSR("csr-x", time.Now())
 	unlabelled.Labels = nil
 	h := newHarness(t, unlabelled)
-	p := h.issue("w1")
-	h.issueCSR("csr-x", p)
-	h.install(p)
-	h.kubelet.serve(p)
+	h.healthy("csr-x")
 	h.run(agent.Config{})
 	c := h.waitFor(verdict.Ready)
 	if !strings.Contains(c.Message, "csr-x") {
