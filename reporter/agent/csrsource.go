@@ -37,7 +37,6 @@ type csrSource struct {
 	nextFallback           time.Time
 	fallback               []*certv1.CertificateSigningRequest
 	fallbackErr            error
-	fallbackLists          int // for tests and logs
 }
 
 func (s *csrSource) evidence(ctx context.Context, now time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
@@ -52,7 +51,6 @@ func (s *csrSource) evidence(ctx context.Context, now time.Time, installed finge
 	}
 	if !now.Before(s.nextFallback) {
 		s.fallback, s.fallbackErr = s.list(ctx)
-		s.fallbackLists++
 		s.backoff = min(max(s.backoff*2, s.minBackoff), s.maxBackoff)
 		s.nextFallback = now.Add(s.backoff)
 		klog.FromContext(ctx).V(2).Info("Listed kubelet-serving CSRs by signer: no labelled CSR explains the installed certificate",
