@@ -497,6 +497,9 @@ type loadResult struct {
 	RequestsPerMin    float64        `json:"requestsPerMin"`
 	WatchEventsPerMin float64        `json:"watchEventsPerMin"`
 	ByVerb            map[string]int `json:"requestsByVerb"`
+	// ClusterNodeWritesPerMin is what an agent watching every node would
+	// receive: the fleet's node status writes.
+	ClusterNodeWritesPerMin float64 `json:"clusterNodeWritesPerMin"`
 }
 
 var fleetNodes []string
@@ -517,23 +520,27 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 	}
 	hctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	if len(fleetNodes) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(10 * time.Second / time.Duration(len(fleetNodes)))
-			defer tick.Stop()
-			for i := 0; ; i = (i + 1) % len(fleetNodes) {
-				select {
-				case <-hctx.Done():
-					return
-				case <-tick.C:
-				}
-				patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
-				_, _ = b.c.Client.CoreV1().Nodes().PatchStatus(hctx, fleetNodes[i], []byte(patch))
+	var writes atomic.Int64
+	// Every node, the agent's own included, writes a status heartbeat
+	// every 10 s, as kubelets do.
+	all := append([]string{simNode}, fleetNodes...)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Second / time.Duration(len(all)))
+		defer tick.Stop()
+		for i := 0; ; i = (i + 1) % len(all) {
+			select {
+			case <-hctx.Done():
+				return
+			case <-tick.C:
 			}
-		}()
-	}
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
+			if _, err := b.c.Client.CoreV1().Nodes().PatchStatus(hctx, all[i], []byte(patch)); err == nil {
+				writes.Add(1)
+			}
+		}
+	}()
 	time.Sleep(3 * time.Second) // let the fleet's heartbeats reach a steady rate before the window opens
 	events0, err := b.scrape(ctx, "certready_watch_events_total")
 	if err != nil {
@@ -541,8 +548,10 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		return loadResult{}, err
 	}
 	from := time.Now()
+	writes0 := writes.Load()
 	time.Sleep(window)
 	to := time.Now()
+	fleetWrites := writes.Load() - writes0
 	events1, err := b.scrape(ctx, "certready_watch_events_total")
 	stop()
 	wg.Wait()
@@ -554,7 +563,8 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		return loadResult{}, err
 	}
 	perMin := window.Minutes()
-	res := loadResult{Nodes: n, Window: window, RequestsPerMin: float64(total) / perMin, WatchEventsPerMin: (events1 - events0) / perMin, ByVerb: byVerb}
+	res := loadResult{Nodes: n, Window: window, RequestsPerMin: float64(total) / perMin, WatchEventsPerMin: (events1 - events0) / perMin,
+		ByVerb: byVerb, ClusterNodeWritesPerMin: float64(fleetWrites) / perMin}
 	b.logf("API load at %d nodes: %.1f requests/min, %.1f watch events/min", n, res.RequestsPerMin, res.WatchEventsPerMin)
 	return res, nil
 }

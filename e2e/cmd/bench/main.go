@@ -42,9 +42,9 @@ type results struct {
 }
 
 func main() {
-	storms := pflag.String("storm", "100,1000,5000", "approval storm sizes")
-	transitions := pflag.Int("transitions", 50, "readiness transitions to measure")
-	fleet := pflag.String("fleet", "1,100,1000", "simulated cluster sizes for the API load")
+	storms := pflag.String("storm", "100,1000,5000", "approval storm sizes (empty: skip)")
+	transitions := pflag.Int("transitions", 50, "readiness transitions to measure (0: skip)")
+	fleet := pflag.String("fleet", "1,100,1000", "simulated cluster sizes for the API load (empty: skip)")
 	window := pflag.Duration("load-window", time.Minute, "steady-state window per fleet size")
 	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
 	out := pflag.String("out", "../bench-results", "folder for the JSON results")
@@ -61,6 +61,9 @@ func main() {
 
 func ints(s string) ([]int, error) {
 	var out []int
+	if strings.TrimSpace(s) == "" {
+		return nil, nil // this part is skipped
+	}
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -121,8 +124,10 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 		res.BinaryBytes = info.Size()
 	}
 	res.Footprint = append(res.Footprint, b.footprint(ctx, "idle", idle)...)
-	if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
-		return err
+	if transitions > 0 {
+		if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
+			return err
+		}
 	}
 	for _, n := range stormSizes {
 		s, samples, err := b.storm(ctx, n)
@@ -176,9 +181,9 @@ func print(r results) {
 	for _, s := range r.Storms {
 		fmt.Fprintf(w, "creation -> Approved=True\t%d\t%s\t%s\t%.1f\n", s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)), s.PerSecond)
 	}
-	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\trequests by verb")
+	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tcluster node writes/min\trequests by verb")
 	for _, l := range r.Load {
-		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.ByVerb)
+		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%.0f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.ClusterNodeWritesPerMin, l.ByVerb)
 	}
 	fmt.Fprintln(w, "\n== 4. Footprint\tprocess\tRSS\tCPU")
 	for _, f := range r.Footprint {
