@@ -57,20 +57,28 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	logf := func(format string, args ...any) { fmt.Printf("    cluster: "+format+"\n", args...) }
-	cluster, err = localcluster.Start(ctx, localcluster.Config{Binaries: bins, StateDir: state, Netns: "certready-e2e", Workers: 2, Logf: logf})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: starting the local cluster:", err)
-		return 1
-	}
-	// Tear down on an interrupt too: nothing may be left behind.
+	// Tear down on an interrupt too, also one during start-up (Start then
+	// fails on the cancelled context and cleans up after itself): nothing
+	// may be left behind.
+	started := make(chan struct{})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-sig
-		cluster.Stop()
+		cancel()
+		<-started
+		if cluster != nil {
+			cluster.Stop()
+		}
 		os.Exit(1)
 	}()
+	logf := func(format string, args ...any) { fmt.Printf("    cluster: "+format+"\n", args...) }
+	cluster, err = localcluster.Start(ctx, localcluster.Config{Binaries: bins, StateDir: state, Netns: "certready-e2e", Workers: 2, Logf: logf})
+	close(started)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting the local cluster:", err)
+		return 1
+	}
 	defer cluster.Stop()
 	return m.Run()
 }
