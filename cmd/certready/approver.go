@@ -47,7 +47,7 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition, for the taint fallback.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
-	kf.add(fs, 50, 100)
+	kf.add(fs, 100, 200)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code

@@ -549,7 +549,13 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 	}
 	from := time.Now()
 	writes0 := writes.Load()
-	time.Sleep(window)
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		stop()
+		wg.Wait()
+		return loadResult{}, ctx.Err()
+	}
 	to := time.Now()
 	fleetWrites := writes.Load() - writes0
 	events1, err := b.scrape(ctx, "certready_watch_events_total")

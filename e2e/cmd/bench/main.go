@@ -19,10 +19,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -96,7 +98,9 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
+	// An interrupt cancels the run; the deferred Stop then leaves nothing behind.
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
 	state, err := os.MkdirTemp("", "crbench-")
 	if err != nil {
 		return err

@@ -59,6 +59,10 @@ type Controller struct {
 
 	mu       sync.Mutex
 	recorded map[string]policy.Rule // last refusal event per CSR, to not repeat it
+	// decided holds the CSRs this process approved or denied: until the
+	// informer catches up, its stale copy still looks pending and must not
+	// be decided twice.
+	decided sync.Map
 }
 
 // New wires the controller to a CSR informer that must already be limited
@@ -96,6 +100,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 				c.mu.Lock()
 				delete(c.recorded, key)
 				c.mu.Unlock()
+				c.decided.Delete(key)
 			}
 		},
 	})
@@ -209,7 +214,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, err
 	}
 	if !isPending(csr) {
+		c.decided.Delete(name)
 		return 0, nil
+	}
+	if _, done := c.decided.Load(name); done {
+		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
 	}
 	if n, max := c.backlogCount(), c.maxPending(); n >= max {
 		c.metrics.floodGuard.Set(1)
@@ -255,43 +264,33 @@ func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRe
 	if !ok || csr.Labels[csrmatch.NodeLabel] == node {
 		return csr, nil
 	}
-	var updated *certv1.CertificateSigningRequest
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := c.client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
+	api := c.client.CertificatesV1().CertificateSigningRequests()
+	out, err := c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
 		if cur.Labels[csrmatch.NodeLabel] == node {
-			updated = cur
-			return nil
+			return false
 		}
-		cur = cur.DeepCopy()
 		if cur.Labels == nil {
 			cur.Labels = map[string]string{}
 		}
 		cur.Labels[csrmatch.NodeLabel] = node
-		updated, err = c.client.CertificatesV1().CertificateSigningRequests().Update(ctx, cur, metav1.UpdateOptions{})
-		return err
+		return true
+	}, func(cur *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
+		return api.Update(ctx, cur, metav1.UpdateOptions{})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("labelling CSR %s: %w", csr.Name, err)
 	}
-	return updated, nil
+	return out, nil
 }
 
 // decide writes Approved or Denied through the approval subresource,
-// re-reading on conflict and leaving alone a CSR that someone else decided.
+// leaving alone a CSR that someone else decided meanwhile.
 func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) error {
 	api := c.client.CertificatesV1().CertificateSigningRequests()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := api.Get(ctx, csr.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
+	_, err := c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
 		if !isPending(cur) {
-			return nil
+			return false
 		}
-		cur = cur.DeepCopy()
 		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
 			Type:           typ,
 			Status:         corev1.ConditionTrue,
@@ -299,12 +298,14 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 			Message:        d.Message,
 			LastUpdateTime: metav1.Now(),
 		})
-		_, err = api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
-		return err
+		return true
+	}, func(cur *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
+		return api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
 	})
 	if err != nil {
 		return fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)
 	}
+	c.decided.Store(csr.Name, struct{}{})
 	if c.recorder != nil {
 		kind := corev1.EventTypeNormal
 		if typ == certv1.CertificateDenied {
@@ -313,6 +314,41 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		c.recorder.Event(csr, kind, string(d.Rule), d.Message)
 	}
 	return nil
+}
+
+// update applies mutate to a copy of csr and writes it. The first attempt
+// uses the object at hand (the informer's, or the one a previous write
+// returned), so a storm of CSRs costs one request per write, not two; a
+// conflict re-reads the CSR and tries again. mutate returning false means
+// there is nothing (left) to write.
+func (c *Controller) update(ctx context.Context, csr *certv1.CertificateSigningRequest,
+	mutate func(*certv1.CertificateSigningRequest) bool,
+	write func(*certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error),
+) (*certv1.CertificateSigningRequest, error) {
+	cur, out := csr, csr
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			fresh, err := c.client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = fresh
+		}
+		first = false
+		next := cur.DeepCopy()
+		if !mutate(next) {
+			out = cur
+			return nil
+		}
+		written, err := write(next)
+		if err != nil {
+			return err
+		}
+		out = written
+		return nil
+	})
+	return out, err
 }
 
 // warnOnce records a Warning event naming the rule, once per CSR and rule.

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -54,7 +56,17 @@ type env struct {
 
 func start(t *testing.T, cfg controller.Config, lead bool, objs ...runtime.Object) *env {
 	t.Helper()
-	e := &env{t: t, cs: fake.NewClientset(objs...), rec: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
+	return startOn(t, fake.NewClientset(objs...), cfg, lead)
+}
+
+func startWith(t *testing.T, cs *fake.Clientset, cfg controller.Config) *env {
+	t.Helper()
+	return startOn(t, cs, cfg, true)
+}
+
+func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool) *env {
+	t.Helper()
+	e := &env{t: t, cs: cs, rec: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
 	e.inv = inventory.NewStatic("test", map[string]inventory.Entry{
 		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
 		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
@@ -175,6 +187,24 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 		t.Errorf("%d approval writes, want 1", approvals)
 	}
 	e.waitEvent("Normal " + string(policy.RuleApproved))
+}
+
+func TestApprovalRetriesAConflict(t *testing.T) {
+	conflicts := 0
+	c := csr(t, "csr-ok", "w1", "192.0.2.11", signer)
+	cs := fake.NewClientset(c)
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "approval" && conflicts == 0 {
+			conflicts++
+			return true, nil, apierrors.NewConflict(certv1.Resource("certificatesigningrequests"), "csr-ok", errors.New("changed"))
+		}
+		return false, nil, nil
+	})
+	env := startWith(t, cs, controller.Config{})
+	got := env.waitFor("csr-ok", "approved after a conflict", approved)
+	if conflicts != 1 || condition(got, certv1.CertificateApproved).Reason != string(policy.RuleApproved) {
+		t.Errorf("conflicts=%d, status %+v", conflicts, got.Status)
+	}
 }
 
 func TestMismatchStaysPendingWithAWarningNamingTheRule(t *testing.T) {
