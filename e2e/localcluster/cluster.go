@@ -131,10 +131,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{cfg: cfg, sup: newSupervisor(), procs: map[string]*proc{}}
+	cl := c // the named result is nil by the time a failed return's defer runs
 	defer func() {
 		if err != nil {
-			c.Stop()
-			c = nil
+			cl.Stop()
 		}
 	}()
 	if c.pki, err = newPKI(filepath.Join(cfg.StateDir, "pki")); err != nil {

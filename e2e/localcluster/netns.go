@@ -41,7 +41,11 @@ func (n *netns) exec(args ...string) error {
 }
 
 func createNetns(name string) (*netns, error) {
-	_ = run("ip", "netns", "del", name) // a leftover of a killed run
+	if out, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
+		return nil, fmt.Errorf("network namespace %s is in use by pids %s: another local cluster is running (make demo-down, or wait for the other run)",
+			name, strings.Join(strings.Fields(string(out)), ","))
+	}
+	_ = run("ip", "netns", "del", name) // an empty leftover of a killed run
 	if err := run("ip", "netns", "add", name); err != nil {
 		return nil, err
 	}
