@@ -98,6 +98,13 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 	if err != nil {
 		return err
 	}
+	// A storm of N node identities holds N client connections, and the API
+	// server (which inherits this limit) as many: lift the open-files limit.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
 	// An interrupt cancels the run; the deferred Stop then leaves nothing behind.
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
