@@ -326,8 +326,13 @@ func (c *Cluster) startForwarder() error {
 	go func() {
 		for {
 			conn, err := ln.Accept()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil {
+				// Out of file descriptors under a storm, say: wait, go on.
+				time.Sleep(50 * time.Millisecond)
+				continue
 			}
 			go func() {
 				defer conn.Close()

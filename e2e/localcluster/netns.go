@@ -77,8 +77,8 @@ func (n *netns) delete() {
 	_ = run("ip", "netns", "del", n.name)
 }
 
-// dialer opens TCP connections from inside the namespace. One OS thread
-// enters the namespace and never leaves it: Go forbids returning such a
+// dialer opens TCP connections from inside the namespace. Each worker's OS
+// thread enters the namespace and never leaves it: Go forbids returning such a
 // thread to the scheduler, so it stays locked until the dialer is closed,
 // and then dies with its goroutine.
 type dialer struct {
@@ -98,8 +98,21 @@ type dialResp struct {
 	err  error
 }
 
+// dialWorkers is how many threads dial at once: a connection that is slow
+// to set up (a full accept queue under a storm) must not hold up the rest.
+const dialWorkers = 32
+
 func newDialer(nsPath string) (*dialer, error) {
 	d := &dialer{reqs: make(chan dialReq)}
+	for i := 0; i < dialWorkers; i++ {
+		if err := d.startWorker(nsPath); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (d *dialer) startWorker(nsPath string) error {
 	ready := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread is discarded
@@ -125,9 +138,9 @@ func newDialer(nsPath string) (*dialer, error) {
 		}
 	}()
 	if err := <-ready; err != nil {
-		return nil, fmt.Errorf("entering %s: %w", nsPath, err)
+		return fmt.Errorf("entering %s: %w", nsPath, err)
 	}
-	return d, nil
+	return nil
 }
 
 // DialContext dials addr inside the namespace.

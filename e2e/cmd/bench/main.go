@@ -143,7 +143,10 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 	for _, n := range stormSizes {
 		s, samples, err := b.storm(ctx, n)
 		if err != nil {
-			return err
+			// Report what failed beside the figures that were measured.
+			res.Notes[fmt.Sprintf("storm %d", n)] = "failed: " + err.Error()
+			logf("storm %d failed: %v", n, err)
+			continue
 		}
 		res.Storms = append(res.Storms, s)
 		res.Footprint = append(res.Footprint, samples...)
@@ -156,6 +159,11 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 		res.Load = append(res.Load, l)
 	}
 	print(res)
+	for k, v := range res.Notes {
+		if strings.HasPrefix(v, "failed") {
+			fmt.Printf("%s: %s\n", k, v)
+		}
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
