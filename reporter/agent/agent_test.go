@@ -244,9 +244,10 @@ func TestBootstrapThenRotation(t *testing.T) {
 	if c.Status != corev1.ConditionFalse || !strings.Contains(c.Message, "issued by CSR csr-1") {
 		t.Fatalf("ready condition %+v", c)
 	}
-	if got := value(t, h.reg, "certready_kubelet_serving_cert_ready", nil); got != 1 {
-		t.Errorf("ready metric %v", got)
-	}
+	// The metric follows the write that the test just saw land.
+	h.poll("the ready metric at 1", func() bool {
+		return value(t, h.reg, "certready_kubelet_serving_cert_ready", nil) == 1
+	})
 	readyAt := c.LastTransitionTime
 
 	// Rotation: the new file lands but the kubelet keeps serving the old one.
