@@ -286,15 +286,23 @@ func assertNeverReady(t *testing.T, ctx context.Context, name, rv string) {
 // replica takes the Lease and approves the next CSR.
 func Test05LeaderFailover(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
-	lease, err := cluster.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-	if err != nil || lease.Spec.HolderIdentity == nil {
-		t.Fatalf("no leader Lease: %v", err)
-	}
-	leader := *lease.Spec.HolderIdentity
-	leaderPod, _, _ := strings.Cut(leader, "_") // identities are <pod>_<per-process suffix>
-	pids := localcluster.ContainerPIDs("POD_NAME=" + leaderPod)
-	if len(pids) == 0 {
-		t.Fatalf("no process for the leading pod %s", leader)
+	// Wait for a settled leader: after the apiserver restart of the previous
+	// scenario the Lease may be between holders (released, or held by a
+	// process that is exiting).
+	var leader, leaderPod string
+	var pids []int
+	err := localcluster.Poll(ctx, 2*time.Minute, "a leader with a running process", func() (bool, error) {
+		lease, err := cluster.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return false, nil
+		}
+		leader = *lease.Spec.HolderIdentity
+		leaderPod, _, _ = strings.Cut(leader, "_") // identities are <pod>_<per-process suffix>
+		pids = localcluster.ContainerPIDs("POD_NAME=" + leaderPod)
+		return len(pids) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
 	}
 	start := time.Now()
 	for _, pid := range pids {
