@@ -53,7 +53,7 @@ type bench struct {
 	certs    [2]*tls.Certificate
 }
 
-func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Binaries, logf func(string, ...any)) (*bench, error) {
+func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Binaries, state string, logf func(string, ...any)) (*bench, error) {
 	b := &bench{c: c, logf: logf}
 	ca, _ := c.CAKeyPair()
 	agentKC, _, err := c.ClientCert("bench-agent", agentUser, "system:masters")
@@ -94,8 +94,8 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 			}()
 		}
 	}()
-	b.pki = filepath.Join(os.TempDir(), "crbench-pki")
-	_ = os.RemoveAll(b.pki)
+	// Inside the cluster's state folder, so that Stop removes it too.
+	b.pki = filepath.Join(state, "sim-pki")
 	if err := os.MkdirAll(b.pki, 0o700); err != nil {
 		return nil, err
 	}

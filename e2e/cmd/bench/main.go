@@ -123,7 +123,7 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 	}
 	defer c.Stop()
 
-	b, err := newBench(ctx, c, bins, logf)
+	b, err := newBench(ctx, c, bins, state, logf)
 	if err != nil {
 		return err
 	}
