@@ -263,7 +263,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		}, condition.NewClient(a.client), a.recorder)
 	}
 	now := a.now()
-	in := verdict.Input{Node: nodeInfo(node), Now: now}
+	in := verdict.Input{Node: NodeInfo(node), Now: now}
 	in.CA, in.CAErr = LoadCA(a.cfg.CAFile)
 
 	start := time.Now()
@@ -347,21 +347,34 @@ func (a *Agent) settle(v verdict.Verdict, now time.Time) time.Duration {
 }
 
 func (a *Agent) target(node *corev1.Node, in verdict.Input) probe.Target {
-	port := a.cfg.KubeletPort
-	if port == 0 {
-		port = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	return EndpointTarget(in, KubeletPort(a.cfg.KubeletPort, node), a.cfg.ProbeTimeout)
+}
+
+// KubeletPort is flag when set, else the Node's daemon endpoint port (node
+// may be nil), else DefaultKubeletPort.
+func KubeletPort(flag int, node *corev1.Node) int {
+	if flag == 0 && node != nil {
+		flag = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	}
-	if port == 0 {
-		port = DefaultKubeletPort
+	if flag == 0 {
+		flag = DefaultKubeletPort
 	}
-	host, name := node.Name, node.Name
+	return flag
+}
+
+// EndpointTarget says where the kubelet port of in.Node is dialled and which
+// name its certificate must carry: the first InternalIP, verified as that
+// IP, or as the node name for a DNS-only certificate (or when the node has
+// no InternalIP, which is then also the host dialled).
+func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
+	host, name := in.Node.Name, in.Node.Name
 	if len(in.Node.InternalIPs) > 0 {
 		host = in.Node.InternalIPs[0].String()
-		if len(in.File.Leaf.IPAddresses) > 0 {
+		if in.File.Leaf != nil && len(in.File.Leaf.IPAddresses) > 0 {
 			name = host
 		}
 	}
-	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: a.cfg.ProbeTimeout}
+	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout}
 }
 
 // untilBoundary is the time until the certificate's next validity edge
@@ -379,7 +392,8 @@ func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
 	return d
 }
 
-func nodeInfo(n *corev1.Node) verdict.Node {
+// NodeInfo is what the verdict needs of a Node: its name and InternalIPs.
+func NodeInfo(n *corev1.Node) verdict.Node {
 	info := verdict.Node{Name: n.Name}
 	for _, addr := range n.Status.Addresses {
 		if addr.Type != corev1.NodeInternalIP {

@@ -8,9 +8,7 @@ package npdcheck
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -73,26 +71,17 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 		o.CSRRetention = time.Hour
 	}
 	in := verdict.Input{Node: verdict.Node{Name: o.NodeName, InternalIPs: o.NodeIPs}, Now: o.Now, SkipCSR: o.Client == nil}
-	port := o.KubeletPort
+	var node *corev1.Node
 	if o.Client != nil {
-		node, err := o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
-		if err != nil {
+		var err error
+		if node, err = o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err != nil {
 			return verdict.Verdict{}, fmt.Errorf("reading node %s: %w", o.NodeName, err)
 		}
 		if len(in.Node.InternalIPs) == 0 {
-			for _, a := range node.Status.Addresses {
-				if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
-					in.Node.InternalIPs = append(in.Node.InternalIPs, ip.Unmap())
-				}
-			}
-		}
-		if port == 0 {
-			port = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+			in.Node.InternalIPs = agent.NodeInfo(node).InternalIPs
 		}
 	}
-	if port == 0 {
-		port = agent.DefaultKubeletPort
-	}
+	port := agent.KubeletPort(o.KubeletPort, node)
 	if len(in.Node.InternalIPs) == 0 {
 		return verdict.Verdict{}, fmt.Errorf("no node IP: pass --node-ip or API credentials")
 	}
@@ -107,12 +96,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 		in.CSR = ev
 	}
 	if verdict.NeedsEndpoint(in) {
-		host := in.Node.InternalIPs[0].String()
-		name := host
-		if len(in.File.Leaf.IPAddresses) == 0 {
-			name = o.NodeName
-		}
-		res := probe.Probe(ctx, probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: o.Timeout})
+		res := probe.Probe(ctx, agent.EndpointTarget(in, port, o.Timeout))
 		in.Endpoint = &res
 	}
 	return verdict.Evaluate(in), nil
