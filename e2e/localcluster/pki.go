@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,7 +23,7 @@ type pki struct {
 	dir    string
 	caCert *x509.Certificate
 	caKey  crypto.Signer
-	serial int64
+	serial atomic.Int64 // issue runs from many goroutines in a storm
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -50,7 +51,8 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{dir: dir, caCert: cert, caKey: key, serial: 1}
+	p := &pki{dir: dir, caCert: cert, caKey: key}
+	p.serial.Store(1)
 	if err := writePEM(p.path("ca.crt"), "CERTIFICATE", der, 0o644); err != nil {
 		return nil, err
 	}
@@ -91,9 +93,8 @@ func (p *pki) issue(name, cn string, orgs []string, ips []net.IP, dns []string, 
 	if err != nil {
 		return err
 	}
-	p.serial++
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial),
+		SerialNumber: big.NewInt(p.serial.Add(1)),
 		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
