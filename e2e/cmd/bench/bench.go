@@ -51,13 +51,37 @@ type bench struct {
 	serving  atomic.Pointer[tls.Certificate]
 	pairs    [2]string // pair files laid out as the kubelet writes them
 	certs    [2]*tls.Certificate
+	roots    *x509.CertPool // the cluster CA, for clients made in memory
+	relay    relay          // between the agent and the API server
 }
 
-func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Binaries, state string, logf func(string, ...any)) (*bench, error) {
+func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Binaries, state, manifests string, logf func(string, ...any)) (*bench, error) {
 	b := &bench{c: c, logf: logf}
 	ca, _ := c.CAKeyPair()
-	agentKC, _, err := c.ClientCert("bench-agent", agentUser, "system:masters")
+	caPEM, err := os.ReadFile(ca)
 	if err != nil {
+		return nil, err
+	}
+	b.roots = x509.NewCertPool()
+	if !b.roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", ca)
+	}
+	agentKC, _, err := c.ClientCert("bench-agent", agentUser, agentGroup)
+	if err != nil {
+		return nil, err
+	}
+	if err := grantAgentRole(ctx, c, manifests); err != nil {
+		return nil, err
+	}
+	if err := createAgentFlowSchema(ctx, c); err != nil {
+		return nil, err
+	}
+	// The agent reaches the API server through a relay that counts what it
+	// receives.
+	if err := b.relay.start(c); err != nil {
+		return nil, err
+	}
+	if err := pointAt(agentKC, agentRelayAddr); err != nil {
 		return nil, err
 	}
 	approverKC, _, err := c.ClientCert("bench-approver", "certready-bench-approver", "system:masters")
@@ -140,7 +164,15 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	if err := b.swap(b.pairs[0]); err != nil {
 		return nil, err
 	}
-	return b, b.waitNode(ctx, 2*time.Minute, "sim-0 ready", func(n *corev1.Node) bool { return ready(n) && !tainted(n) })
+	if err := b.waitNode(ctx, 2*time.Minute, "sim-0 ready", func(n *corev1.Node) bool { return ready(n) && !tainted(n) }); err != nil {
+		return nil, err
+	}
+	// The agent has listed, watched and patched by now: a flow schema that
+	// counted none of it would report an idle agent whatever it did.
+	if k, err := dispatched(ctx, c); err != nil || k == 0 {
+		return nil, fmt.Errorf("flow schema %s counted %v of the agent's requests (%v): the API load figures would be wrong", agentFlow, k, err)
+	}
+	return b, nil
 }
 
 func (b *bench) createNode(ctx context.Context, cs kubernetes.Interface, name, ip string, taint bool) error {
@@ -325,9 +357,61 @@ type stormResult struct {
 	Latencies []time.Duration `json:"latencies"`
 	PerSecond float64         `json:"approvedPerSecond"`
 	Duration  time.Duration   `json:"duration"`
+	// Failed counts creations the API server did not accept; Errors holds
+	// their distinct messages. Only accepted CSRs are waited for and timed.
+	Failed int      `json:"failedCreations"`
+	Errors []string `json:"creationErrors,omitempty"`
 }
 
 var stormRun atomic.Int64
+
+// nodeClient is a client with the node identity certPEM/keyPEM that dials
+// the API server directly inside the namespace and closes its connection
+// after each request: a storm of N identities then holds at most as many
+// connections as it has requests in flight, not N idle ones.
+func (b *bench) nodeClient(certPEM, keyPEM []byte) (kubernetes.Interface, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		DialContext:       b.c.DialContext,
+		TLSClientConfig:   &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: b.roots, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives: true,
+	}
+	return kubernetes.NewForConfig(&rest.Config{Host: "https://" + net.JoinHostPort(localcluster.APIServerIP, "6443"),
+		Transport: tr, QPS: 5, Burst: 10})
+}
+
+// errorSet keeps the distinct messages of failed calls, and their count.
+type errorSet struct {
+	mu    sync.Mutex
+	count int
+	seen  map[string]bool
+	list  []string
+}
+
+func (e *errorSet) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.count++
+	if e.seen == nil {
+		e.seen = map[string]bool{}
+	}
+	if msg := err.Error(); !e.seen[msg] && len(e.list) < 5 {
+		e.seen[msg] = true
+		e.list = append(e.list, msg)
+	}
+}
+
+func (e *errorSet) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.count == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d failed, e.g. %s", e.count, strings.Join(e.list, "; "))
+}
 
 // storm creates n nodes and n CSRs from n distinct node identities in
 // parallel, and times creation -> Approved=True as seen by a watch.
@@ -337,30 +421,30 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 	names := make([]string, n)
 	ips := make([]string, n)
 	clients := make([]kubernetes.Interface, n)
+	reqs := make([][]byte, n)
+	defer func() {
+		// Clean up so the next size starts from the same state.
+		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
+		for _, name := range names {
+			if name != "" {
+				_ = b.c.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+			}
+		}
+	}()
+	// Nodes, identities and requests are made before the clock starts;
+	// only creation -> approval is timed.
+	var prepErrs errorSet
 	prep := make(chan int)
-	var prepErr atomic.Value
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range prep {
-				names[i] = fmt.Sprintf("storm%d-%d", run, i)
-				ips[i] = fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)
-				if err := b.createNode(ctx, b.c.Client, names[i], ips[i], false); err != nil {
-					prepErr.Store(err)
-					continue
+				if err := b.prepareStormNode(ctx, run, i, names, ips, clients, reqs); err != nil {
+					prepErrs.add(err)
 				}
-				certPEM, keyPEM, err := b.c.ClientCertPEM("system:node:"+names[i], "system:nodes")
-				if err != nil {
-					prepErr.Store(err)
-					continue
-				}
-				cfg := rest.CopyConfig(b.c.RESTConfig)
-				cfg.TLSClientConfig.CertFile, cfg.TLSClientConfig.KeyFile = "", ""
-				cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = certPEM, keyPEM
-				cfg.QPS, cfg.Burst = 5, 10
-				clients[i], _ = kubernetes.NewForConfig(cfg)
 			}
 		}()
 	}
@@ -369,31 +453,18 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 	}
 	close(prep)
 	wg.Wait()
-	if err, _ := prepErr.Load().(error); err != nil {
-		return stormResult{}, nil, err
+	if err := prepErrs.err(); err != nil {
+		return stormResult{}, nil, fmt.Errorf("preparing the storm's nodes: %w", err)
 	}
-	// Requests are made before the clock starts; only creation is timed.
-	reqs := make([][]byte, n)
-	for i := range reqs {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-			Subject:     pkix.Name{CommonName: "system:node:" + names[i], Organization: []string{"system:nodes"}},
-			IPAddresses: []net.IP{net.ParseIP(ips[i])},
-		}, key)
-		if err != nil {
-			return stormResult{}, nil, err
-		}
-		reqs[i] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	}
-	w, err := b.c.Client.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
+	w, err := b.c.Client.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
 	if err != nil {
 		return stormResult{}, nil, err
 	}
 	defer w.Stop()
 	created := make([]time.Time, n)
 	var mu sync.Mutex
-	byName := map[string]int{}
-	approvedAt := map[string]time.Time{}
+	accepted := map[string]int{} // CSR name -> index, for creations the API server accepted
+	var createErrs errorSet
 	start := time.Now()
 	jobs := make(chan int)
 	for k := 0; k < 32; k++ {
@@ -402,18 +473,20 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 			defer wg.Done()
 			for i := range jobs {
 				name := fmt.Sprintf("storm%d-csr-%d", run, i)
-				mu.Lock()
-				byName[name] = i
-				created[i] = time.Now()
-				mu.Unlock()
+				t := time.Now()
 				_, err := clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
 					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"certready.io/bench": "storm"}},
 					Spec: certv1.CertificateSigningRequestSpec{Request: reqs[i], SignerName: certv1.KubeletServingSignerName,
 						Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
 				}, metav1.CreateOptions{})
 				if err != nil {
-					prepErr.Store(err)
+					createErrs.add(fmt.Errorf("creating %s: %w", name, err))
+					continue
 				}
+				mu.Lock()
+				accepted[name] = i
+				created[i] = t
+				mu.Unlock()
 			}
 		}()
 	}
@@ -423,18 +496,36 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 		}
 		close(jobs)
 	}()
-	var samples []footprintSample
+	allCreated := make(chan struct{})
+	go func() { wg.Wait(); close(allCreated) }()
+
 	sampleTick := time.NewTicker(time.Second)
 	defer sampleTick.Stop()
 	phase := fmt.Sprintf("storm %d (peak RSS, mean CPU)", n)
-	peak := map[string]footprintSample{
-		"agent":    {Phase: phase, Process: "agent", RSSBytes: rssBytes(b.agent.PID())},
-		"approver": {Phase: phase, Process: "approver", RSSBytes: rssBytes(b.approver.PID())},
+	procs := map[string]*localcluster.Process{"agent": b.agent, "approver": b.approver}
+	peak := map[string]footprintSample{}
+	cpu0 := map[string]float64{}
+	for name, p := range procs {
+		peak[name] = footprintSample{Phase: phase, Process: name, RSSBytes: rssBytes(p.PID())}
+		cpu0[name] = cpuSeconds(p.PID())
 	}
-	cpu0 := map[string]float64{"agent": cpuSeconds(b.agent.PID()), "approver": cpuSeconds(b.approver.PID())}
+	approvedAt := map[string]time.Time{}
 	timeout := time.After(time.Duration(n)*200*time.Millisecond + 2*time.Minute)
-	for len(approvedAt) < n {
+	// Done when every creation has returned and every accepted CSR is
+	// approved (the watch may report an approval before Create returns, so
+	// approvals are matched to accepted CSRs once creation is over; from
+	// then on, accepted is no longer written).
+	creating := allCreated
+	approvedAccepted := 0
+	for creating != nil || approvedAccepted < len(accepted) {
 		select {
+		case <-creating:
+			creating = nil
+			for name := range approvedAt {
+				if _, ok := accepted[name]; ok {
+					approvedAccepted++
+				}
+			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return stormResult{}, nil, fmt.Errorf("the CSR watch closed")
@@ -443,15 +534,15 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 			if !isCSR || !strings.HasPrefix(csr.Name, fmt.Sprintf("storm%d-csr-", run)) {
 				continue
 			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certv1.CertificateApproved {
-					if _, seen := approvedAt[csr.Name]; !seen {
-						approvedAt[csr.Name] = time.Now()
-					}
-				}
+			if _, seen := approvedAt[csr.Name]; seen || !isApproved(csr) {
+				continue
+			}
+			approvedAt[csr.Name] = time.Now()
+			if _, ok := accepted[csr.Name]; ok && creating == nil {
+				approvedAccepted++
 			}
 		case <-sampleTick.C:
-			for name, p := range map[string]*localcluster.Process{"agent": b.agent, "approver": b.approver} {
+			for name, p := range procs {
 				if rss := rssBytes(p.PID()); rss > peak[name].RSSBytes {
 					s := peak[name]
 					s.RSSBytes = rss
@@ -459,44 +550,87 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 				}
 			}
 		case <-timeout:
-			return stormResult{}, nil, fmt.Errorf("storm %d: only %d approved in time", n, len(approvedAt))
+			mu.Lock()
+			defer mu.Unlock()
+			return stormResult{}, nil, fmt.Errorf("storm %d: %d CSRs approved, %d accepted, in time (creations: %v)",
+				n, len(approvedAt), len(accepted), createErrs.err())
 		}
 	}
-	wg.Wait()
 	elapsed := time.Since(start)
-	if err, _ := prepErr.Load().(error); err != nil {
-		return stormResult{}, nil, err
-	}
-	res := stormResult{N: n, Duration: elapsed, PerSecond: float64(n) / elapsed.Seconds()}
+	res := stormResult{N: n, Duration: elapsed}
 	mu.Lock()
-	for name, at := range approvedAt {
-		res.Latencies = append(res.Latencies, at.Sub(created[byName[name]]))
+	for name, i := range accepted {
+		res.Latencies = append(res.Latencies, approvedAt[name].Sub(created[i]))
 	}
 	mu.Unlock()
+	res.PerSecond = float64(len(res.Latencies)) / elapsed.Seconds()
+	res.Failed, res.Errors = createErrs.count, createErrs.list
+	var samples []footprintSample
 	for _, name := range []string{"agent", "approver"} {
 		s := peak[name]
-		p := b.agent
-		if name == "approver" {
-			p = b.approver
-		}
-		s.Millicores = (cpuSeconds(p.PID()) - cpu0[name]) / elapsed.Seconds() * 1000
+		s.Millicores = (cpuSeconds(procs[name].PID()) - cpu0[name]) / elapsed.Seconds() * 1000
 		samples = append(samples, s)
 	}
-	b.logf("storm %d: p50 %s p99 %s, %.1f approved/s", n, ms(pct(res.Latencies, .5)), ms(pct(res.Latencies, .99)), res.PerSecond)
-	// Clean up so the next size starts from the same state.
-	_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
-	for _, name := range names {
-		_ = b.c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	b.logf("storm %d: %d accepted, %d failed; p50 %s p99 %s, %.1f approved/s", n, len(res.Latencies), res.Failed,
+		ms(pct(res.Latencies, .5)), ms(pct(res.Latencies, .99)), res.PerSecond)
+	if res.Failed > 0 {
+		b.logf("storm %d: creations failed: %v", n, createErrs.err())
 	}
 	return res, samples, nil
 }
 
+func isApproved(csr *certv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certv1.CertificateApproved {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareStormNode creates storm node i (Node object with its address),
+// its client identity system:node:<name> and its serving CSR.
+func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, names, ips []string, clients []kubernetes.Interface, reqs [][]byte) error {
+	name := fmt.Sprintf("storm%d-%d", run, i)
+	ip := fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)
+	if err := b.createNode(ctx, b.c.Client, name, ip, false); err != nil {
+		return err
+	}
+	names[i], ips[i] = name, ip
+	certPEM, keyPEM, err := b.c.ClientCertPEM("system:node:"+name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	if clients[i], err = b.nodeClient(certPEM, keyPEM); err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+		IPAddresses: []net.IP{net.ParseIP(ip)},
+	}, key)
+	if err != nil {
+		return err
+	}
+	reqs[i] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	return nil
+}
+
 type loadResult struct {
-	Nodes             int            `json:"nodes"`
-	Window            time.Duration  `json:"window"`
+	Nodes  int           `json:"nodes"`
+	Window time.Duration `json:"window"`
+	// RequestsPerMin is from the API server's flow-control metrics (the
+	// agent's own flow schema); ByVerb breaks the same window down from
+	// the audit log.
 	RequestsPerMin    float64        `json:"requestsPerMin"`
-	WatchEventsPerMin float64        `json:"watchEventsPerMin"`
 	ByVerb            map[string]int `json:"requestsByVerb"`
+	WatchEventsPerMin float64        `json:"watchEventsPerMin"`
+	// BytesPerMin is what the agent received from the API server on the
+	// wire (TLS records), counted by the relay in front of it.
+	BytesPerMin float64 `json:"bytesReceivedPerMin"`
 	// ClusterNodeWritesPerMin is what an agent watching every node would
 	// receive: the fleet's node status writes.
 	ClusterNodeWritesPerMin float64 `json:"clusterNodeWritesPerMin"`
@@ -547,8 +681,13 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		stop()
 		return loadResult{}, err
 	}
+	req0, err := dispatched(ctx, b.c)
+	if err != nil {
+		stop()
+		return loadResult{}, err
+	}
 	from := time.Now()
-	writes0 := writes.Load()
+	writes0, bytes0 := writes.Load(), b.relay.received.Load()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
@@ -557,21 +696,27 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		return loadResult{}, ctx.Err()
 	}
 	to := time.Now()
-	fleetWrites := writes.Load() - writes0
+	fleetWrites, received := writes.Load()-writes0, b.relay.received.Load()-bytes0
+	req1, err := dispatched(ctx, b.c)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return loadResult{}, err
+	}
 	events1, err := b.scrape(ctx, "certready_watch_events_total")
 	stop()
 	wg.Wait()
 	if err != nil {
 		return loadResult{}, err
 	}
-	byVerb, total, err := auditCount(b.c.AuditLog(), agentUser, from, to)
+	byVerb, _, err := auditCount(b.c.AuditLog(), agentUser, from, to)
 	if err != nil {
 		return loadResult{}, err
 	}
 	perMin := window.Minutes()
-	res := loadResult{Nodes: n, Window: window, RequestsPerMin: float64(total) / perMin, WatchEventsPerMin: (events1 - events0) / perMin,
-		ByVerb: byVerb, ClusterNodeWritesPerMin: float64(fleetWrites) / perMin}
-	b.logf("API load at %d nodes: %.1f requests/min, %.1f watch events/min", n, res.RequestsPerMin, res.WatchEventsPerMin)
+	res := loadResult{Nodes: n, Window: window, RequestsPerMin: (req1 - req0) / perMin, WatchEventsPerMin: (events1 - events0) / perMin,
+		ByVerb: byVerb, BytesPerMin: float64(received) / perMin, ClusterNodeWritesPerMin: float64(fleetWrites) / perMin}
+	b.logf("API load at %d nodes: %.1f requests/min, %.1f watch events/min, %.0f bytes/min", n, res.RequestsPerMin, res.WatchEventsPerMin, res.BytesPerMin)
 	return res, nil
 }
 
@@ -583,20 +728,7 @@ func (b *bench) scrape(ctx context.Context, name string) (float64, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
+	return sumSeries(resp.Body, name, "")
 }
 
 // auditCount counts the audit events of user between from and to by verb.

@@ -4,12 +4,16 @@
 //  1. readiness latency: symlink swap -> condition False, and -> startup
 //     taint removed, side by side with a 10-second file-existence poller;
 //  2. approval storm: N real CSRs from N distinct node identities;
-//  3. API load of one agent with 1, 100 and 1000 simulated nodes;
+//  3. API load of one agent with 1, 100 and 1000 simulated nodes: its
+//     requests from the API server's flow-control metrics (a FlowSchema of
+//     its own; apiserver_request_total has no client label), the bytes it
+//     receives from a counting relay in front of the API server;
 //  4. footprint: agent and approver RSS and CPU at idle and in the storm.
 //
 // What is real: etcd, kube-apiserver, kube-controller-manager (the real
 // kubelet-serving signer), the certready agent and approver processes, the
-// CSRs and their signatures, TLS handshakes. What is simulated: the
+// CSRs and their signatures, TLS handshakes, the agent's RBAC (the shipped
+// ClusterRole, bound to its user). What is simulated: the
 // kubelets (Node objects, a TLS listener per node address inside the
 // namespace, and the pki folder laid out as the kubelet does).
 package main
@@ -50,12 +54,13 @@ func main() {
 	window := pflag.Duration("load-window", time.Minute, "steady-state window per fleet size")
 	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
 	out := pflag.String("out", "../bench-results", "folder for the JSON results")
+	manifests := pflag.String("manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
 	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, short windows")
 	pflag.Parse()
 	if *smoke {
 		*storms, *transitions, *fleet, *window, *idle = "10", 3, "1,10", 10*time.Second, 5*time.Second
 	}
-	if err := run(*storms, *transitions, *fleet, *window, *idle, *out); err != nil {
+	if err := run(*storms, *transitions, *fleet, *window, *idle, *out, *manifests); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -85,7 +90,7 @@ rules:
 - level: None
 `
 
-func run(stormSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir string) error {
+func run(stormSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir, manifests string) error {
 	stormSizes, err := ints(stormSpec)
 	if err != nil {
 		return fmt.Errorf("--storm: %w", err)
@@ -123,7 +128,7 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 	}
 	defer c.Stop()
 
-	b, err := newBench(ctx, c, bins, state, logf)
+	b, err := newBench(ctx, c, bins, state, manifests, logf)
 	if err != nil {
 		return err
 	}
@@ -196,13 +201,13 @@ func print(r results) {
 		fmt.Fprintf(w, "agent + approver fallback: taint removed\t%d\t%s\t%s\t%s\n", len(rd.ToUntainted), ms(pct(rd.ToUntainted, .5)), ms(pct(rd.ToUntainted, .99)), ms(pct(rd.ToUntainted, 1)))
 		fmt.Fprintf(w, "reference: 10 s file poller detects\t%d\t%s\t%s\t%s\n", len(rd.Poller), ms(pct(rd.Poller, .5)), ms(pct(rd.Poller, .99)), ms(pct(rd.Poller, 1)))
 	}
-	fmt.Fprintln(w, "\n== 2. Approval storm\tCSRs\tp50\tp99\tapproved/s")
+	fmt.Fprintln(w, "\n== 2. Approval storm\tCSRs\tp50\tp99\tapproved/s\tfailed creations")
 	for _, s := range r.Storms {
-		fmt.Fprintf(w, "creation -> Approved=True\t%d\t%s\t%s\t%.1f\n", s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)), s.PerSecond)
+		fmt.Fprintf(w, "creation -> Approved=True\t%d\t%s\t%s\t%.1f\t%d\n", s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)), s.PerSecond, s.Failed)
 	}
-	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tcluster node writes/min\trequests by verb")
+	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tKiB received/min\tcluster node writes/min\trequests by verb (audit)")
 	for _, l := range r.Load {
-		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%.0f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.ClusterNodeWritesPerMin, l.ByVerb)
+		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.BytesPerMin/1024, l.ClusterNodeWritesPerMin, l.ByVerb)
 	}
 	fmt.Fprintln(w, "\n== 4. Footprint\tprocess\tRSS\tCPU")
 	for _, f := range r.Footprint {

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/certready/certready/e2e/localcluster"
+)
+
+// The bench agent's identity is a user of its own (not system:masters,
+// which API Priority and Fairness exempts and lumps together) holding the
+// shipped agent ClusterRole, so that the API server's own flow-control
+// metrics can count its requests: apiserver_request_total has no client
+// label, apiserver_flowcontrol_dispatched_requests_total has the flow
+// schema, and one flow schema matches the agent's user only.
+const (
+	agentGroup     = "certready:bench"
+	agentFlow      = "certready-bench-agent"
+	agentRelayAddr = "127.0.0.1:16443" // inside the namespace; the apiserver certificate names 127.0.0.1
+)
+
+// grantAgentRole creates the agent ClusterRole from the shipped manifest
+// and binds it to the bench agent's user.
+func grantAgentRole(ctx context.Context, c *localcluster.Cluster, manifests string) error {
+	path := filepath.Join(manifests, "base", "agent-rbac.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the agent's RBAC (--manifests names the repository's manifests folder): %w", err)
+	}
+	var role *rbacv1.ClusterRole
+	for _, doc := range bytes.Split(data, []byte("\n---")) {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &r); err == nil && r.Kind == "ClusterRole" {
+			role = &r
+		}
+	}
+	if role == nil {
+		return fmt.Errorf("%s holds no ClusterRole", path)
+	}
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	_, err = c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: agentFlow},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agentUser}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// createAgentFlowSchema routes every request of the agent's user to a flow
+// schema of its own, at the priority level service accounts get by default.
+func createAgentFlowSchema(ctx context.Context, c *localcluster.Cluster) error {
+	_, err := c.Client.FlowcontrolV1().FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: agentFlow},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "workload-low"},
+			MatchingPrecedence:         1000,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: agentUser}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					ClusterScope: true, Namespaces: []string{"*"}}},
+				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating FlowSchema %s: %w", agentFlow, err)
+	}
+	return nil
+}
+
+// dispatched reads, from the API server's /metrics, how many requests API
+// Priority and Fairness has dispatched for the agent's flow schema.
+func dispatched(ctx context.Context, c *localcluster.Cluster) (float64, error) {
+	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	return sumSeries(bytes.NewReader(raw), "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="`+agentFlow+`"`)
+}
+
+// sumSeries sums the samples of metric whose labels contain label (all of
+// them when label is empty) in a Prometheus text exposition.
+func sumSeries(r io.Reader, metric, label string) (float64, error) {
+	sum := 0.0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') || !strings.Contains(rest, label) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// relay forwards the agent's API connections to the API server inside the
+// namespace and counts the bytes that flow to the agent: what it receives
+// on the wire, TLS records included. The API server has no per-client byte
+// metric.
+type relay struct {
+	received atomic.Int64
+}
+
+func (r *relay) start(c *localcluster.Cluster) error {
+	ln, err := c.ListenInNS(agentRelayAddr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // closed with the namespace
+			}
+			go r.serve(c, conn)
+		}
+	}()
+	return nil
+}
+
+func (r *relay) serve(c *localcluster.Cluster, conn net.Conn) {
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	up, err := c.DialContext(ctx, "tcp", net.JoinHostPort(localcluster.APIServerIP, "6443"))
+	cancel()
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(countingWriter{conn, &r.received}, up); done <- struct{}{} }()
+	<-done
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (cw countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n.Add(int64(n))
+	return n, err
+}
+
+// pointAt rewrites the kubeconfig at path to reach the API server at addr.
+func pointAt(path, addr string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return err
+	}
+	for _, cl := range cfg.Clusters {
+		cl.Server = "https://" + addr
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
