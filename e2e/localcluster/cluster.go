@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -334,20 +335,7 @@ func (c *Cluster) startForwarder() error {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			go func() {
-				defer conn.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				up, err := c.dial.DialContext(ctx, "tcp", APIServerIP+":6443")
-				cancel()
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
-				<-done
-			}()
+			go c.RelayToAPIServer(conn, nil)
 		}
 	}()
 	server := "https://" + ln.Addr().String()
@@ -363,6 +351,39 @@ func (c *Cluster) startForwarder() error {
 	c.RESTConfig = cfg
 	c.Client, err = kubernetes.NewForConfig(cfg)
 	return err
+}
+
+// RelayToAPIServer connects conn to the API server inside the namespace
+// and copies both ways until either side ends, then closes both. When
+// received is not nil, it counts the bytes sent to conn.
+func (c *Cluster) RelayToAPIServer(conn net.Conn, received *atomic.Int64) {
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	up, err := c.dial.DialContext(ctx, "tcp", APIServerIP+":6443")
+	cancel()
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	var toConn io.Writer = conn
+	if received != nil {
+		toConn = countingWriter{conn, received}
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(toConn, up); done <- struct{}{} }()
+	<-done
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (cw countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n.Add(int64(n))
+	return n, err
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {

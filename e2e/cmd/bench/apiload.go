@@ -6,13 +6,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -136,36 +134,10 @@ func (r *relay) start(c *localcluster.Cluster) error {
 			if err != nil {
 				return // closed with the namespace
 			}
-			go r.serve(c, conn)
+			go c.RelayToAPIServer(conn, &r.received)
 		}
 	}()
 	return nil
-}
-
-func (r *relay) serve(c *localcluster.Cluster, conn net.Conn) {
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	up, err := c.DialContext(ctx, "tcp", net.JoinHostPort(localcluster.APIServerIP, "6443"))
-	cancel()
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(countingWriter{conn, &r.received}, up); done <- struct{}{} }()
-	<-done
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (cw countingWriter) Write(p []byte) (int, error) {
-	n, err := cw.w.Write(p)
-	cw.n.Add(int64(n))
-	return n, err
 }
 
 // pointAt rewrites the kubeconfig at path to reach the API server at addr.
