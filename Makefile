@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up kind-down clean help
+.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-down clean help
 
 all: build
 
@@ -18,8 +18,9 @@ build: ## Build the static certready binary into bin/.
 
 test: lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
 
-unit: ## Unit tests (no root, no cluster).
+unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e module.
 	$(GO) test -race -count=1 ./...
+	cd e2e && $(GO) test -race -count=1 ./cmd/... ./provider/
 
 lint: ## go vet and gofmt (both modules).
 	$(GO) vet ./...
@@ -51,6 +52,9 @@ image: ## Build the container image (needs a Docker engine).
 
 kind-up: ## Create the kind cluster, load the image, apply the manifests (needs Docker and kind).
 	kind/kind-up.sh
+
+e2e-kind: ## The e2e suite against a fresh kind cluster, same scenarios as make e2e (needs Docker and kind; KEEP=1 keeps it).
+	kind/e2e-kind.sh
 
 kind-down: ## Delete the kind cluster.
 	kind/kind-down.sh

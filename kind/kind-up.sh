@@ -2,7 +2,8 @@
 # Creates the kind cluster, builds and loads the certready image, applies the
 # manifests. NRC_MANIFEST=<path or URL of the node-readiness-controller
 # release manifest> installs it and uses the nrc overlay; otherwise the
-# standalone overlay (approver's taint fallback) is used.
+# standalone overlay (approver's taint fallback) is used. KIND_DEPLOY=0 stops
+# after loading the image (make e2e-kind deploys in its first scenario).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in kind docker kubectl; do
@@ -13,6 +14,7 @@ name=${KIND_CLUSTER_NAME:-certready}
 kind get clusters | grep -qx "$name" || kind create cluster --name "$name" --config kind/cluster.yaml --wait 120s
 make image VERSION=dev
 kind load docker-image certready:dev --name "$name"
+[ "${KIND_DEPLOY:-1}" = 0 ] && exit 0
 overlay=manifests/overlays/standalone
 if [ -n "${NRC_MANIFEST:-}" ]; then
   kubectl apply -f ../shared/nrc/nodereadinessrules.crd.yaml 2>/dev/null || true

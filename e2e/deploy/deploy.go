@@ -1,6 +1,6 @@
-// Package deploy installs certready into a local cluster from the project's
-// manifests, exactly as on any cluster (kubectl apply -k), and shows what an
-// operator would look at.
+// Package deploy installs certready into a cluster under test from the
+// project's manifests, exactly as on any cluster (kubectl apply -k), and
+// shows what an operator would look at.
 package deploy
 
 import (
@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
 )
 
 const (
@@ -23,7 +24,7 @@ const (
 
 // Certready applies the kustomize overlay and waits for the agents on
 // every node and for an approver to be ready.
-func Certready(ctx context.Context, c *localcluster.Cluster, overlay string, logf func(string, ...any)) error {
+func Certready(ctx context.Context, c provider.Cluster, overlay string, logf func(string, ...any)) error {
 	logf("deploying certready: kubectl apply -k %s", overlay)
 	if _, err := c.Kubectl(ctx, "apply", "-k", overlay); err != nil {
 		return err
@@ -33,14 +34,14 @@ func Certready(ctx context.Context, c *localcluster.Cluster, overlay string, log
 
 // WaitRollout waits until the agent DaemonSet runs on every node and the
 // approver Deployment has an available replica.
-func WaitRollout(ctx context.Context, c *localcluster.Cluster, logf func(string, ...any)) error {
+func WaitRollout(ctx context.Context, c provider.Cluster, logf func(string, ...any)) error {
 	nodes := len(c.Nodes())
 	err := localcluster.Poll(ctx, 3*time.Minute, "the certready agent on every node and an approver", func() (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "certready-agent", metav1.GetOptions{})
+		ds, err := c.Clientset().AppsV1().DaemonSets(Namespace).Get(ctx, "certready-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		dep, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		dep, err := c.Clientset().AppsV1().Deployments(Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -53,16 +54,16 @@ func WaitRollout(ctx context.Context, c *localcluster.Cluster, logf func(string,
 	return nil
 }
 
-func podSummary(ctx context.Context, c *localcluster.Cluster) string {
+func podSummary(ctx context.Context, c provider.Cluster) string {
 	out, _ := c.Kubectl(ctx, "get", "pods", "-A", "-o", "wide")
 	return out
 }
 
 // WaitUntainted waits until no worker carries the startup taint.
-func WaitUntainted(ctx context.Context, c *localcluster.Cluster, timeout time.Duration) error {
+func WaitUntainted(ctx context.Context, c provider.Cluster, timeout time.Duration) error {
 	return localcluster.Poll(ctx, timeout, "every worker's startup taint to be lifted", func() (bool, error) {
 		for _, w := range c.Workers() {
-			n, err := c.Client.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+			n, err := c.Clientset().CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
@@ -85,7 +86,7 @@ func HasStartupTaint(n *corev1.Node) bool {
 }
 
 // Showcase waits for the taints to lift and prints what an operator sees.
-func Showcase(ctx context.Context, c *localcluster.Cluster, w io.Writer, logf func(string, ...any)) error {
+func Showcase(ctx context.Context, c provider.Cluster, w io.Writer, logf func(string, ...any)) error {
 	logf("waiting for every worker's serving certificate (CSR -> approval -> kubelet -> condition False -> taint removed)")
 	start := time.Now()
 	if err := WaitUntainted(ctx, c, 3*time.Minute); err != nil {

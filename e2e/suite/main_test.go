@@ -1,6 +1,9 @@
-// Package suite is certready's end-to-end suite: one local cluster of the
-// real Kubernetes binaries, certready deployed from manifests/ with kubectl,
-// and the scenarios an operator would check, in order.
+// Package suite is certready's end-to-end suite: one cluster, certready
+// deployed from manifests/ with kubectl, and the scenarios an operator would
+// check, in order. The cluster is the local cluster of the real Kubernetes
+// binaries (default; needs root) or, with CERTREADY_E2E_PROVIDER=kind, the
+// kind cluster CERTREADY_KIND_CLUSTER made by kind/kind-up.sh without
+// certready deployed (make e2e-kind).
 package suite
 
 import (
@@ -27,9 +30,10 @@ import (
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
 )
 
-var cluster *localcluster.Cluster
+var cluster provider.Cluster
 
 const (
 	standalone = "../../manifests/overlays/standalone"
@@ -41,6 +45,34 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	state, err := os.MkdirTemp("", "cre2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(state)
+	switch p := os.Getenv("CERTREADY_E2E_PROVIDER"); p {
+	case "", "local":
+		return runLocal(m, state)
+	case "kind":
+		name := os.Getenv("CERTREADY_KIND_CLUSTER")
+		if name == "" {
+			name = "certready-e2e"
+		}
+		k, err := provider.NewKind(name, state)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		cluster = k
+		return m.Run()
+	default:
+		fmt.Fprintf(os.Stderr, "e2e: CERTREADY_E2E_PROVIDER=%q: want local or kind\n", p)
+		return 1
+	}
+}
+
+func runLocal(m *testing.M, state string) int {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: the local cluster needs root (network namespace, mounts); run 'sudo make e2e'")
 		return 1
@@ -52,14 +84,10 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	state, err := os.MkdirTemp("", "cre2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	// Tear down on an interrupt too, also one during start-up (Start then
 	// fails on the cancelled context and cleans up after itself): nothing
 	// may be left behind.
+	var local *localcluster.Cluster
 	started := make(chan struct{})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -67,19 +95,20 @@ func run(m *testing.M) int {
 		<-sig
 		cancel()
 		<-started
-		if cluster != nil {
-			cluster.Stop()
+		if local != nil {
+			local.Stop()
 		}
 		os.Exit(1)
 	}()
 	logf := func(format string, args ...any) { fmt.Printf("    cluster: "+format+"\n", args...) }
-	cluster, err = localcluster.Start(ctx, localcluster.Config{Binaries: bins, StateDir: state, Netns: "certready-e2e", Workers: 2, Logf: logf})
+	local, err = localcluster.Start(ctx, localcluster.Config{Binaries: bins, StateDir: state, Netns: "certready-e2e", Workers: 2, Logf: logf})
 	close(started)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the local cluster:", err)
 		return 1
 	}
-	defer cluster.Stop()
+	defer local.Stop()
+	cluster = provider.Local{C: local}
 	return m.Run()
 }
 
@@ -92,7 +121,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func node(t *testing.T, ctx context.Context, name string) *corev1.Node {
 	t.Helper()
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := cluster.Clientset().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting node %s: %v", name, err)
 	}
@@ -109,7 +138,7 @@ func waitCondition(t *testing.T, ctx context.Context, name string, timeout time.
 	t.Helper()
 	var last *corev1.Node
 	err := localcluster.Poll(ctx, timeout, what, func() (bool, error) {
-		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := cluster.Clientset().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -150,20 +179,20 @@ func podsAndEvents(ctx context.Context) string {
 
 func scaleApprover(t *testing.T, ctx context.Context, replicas int32) {
 	t.Helper()
-	s, err := cluster.Client.AppsV1().Deployments(deploy.Namespace).GetScale(ctx, "certready-approver", metav1.GetOptions{})
+	s, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).GetScale(ctx, "certready-approver", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Spec.Replicas = replicas
-	if _, err := cluster.Client.AppsV1().Deployments(deploy.Namespace).UpdateScale(ctx, "certready-approver", s, metav1.UpdateOptions{}); err != nil {
+	if _, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).UpdateScale(ctx, "certready-approver", s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("approver at %d ready replicas", replicas), func() (bool, error) {
-		d, err := cluster.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		d, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		pods, err := cluster.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approver"})
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approver"})
 		if err != nil {
 			return false, nil
 		}
@@ -177,7 +206,11 @@ func scaleApprover(t *testing.T, ctx context.Context, replicas int32) {
 // nodeClient acts with the node's own credentials.
 func nodeClient(t *testing.T, name string) kubernetes.Interface {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cluster.NodeRESTConfig(name))
+	cfg, err := cluster.NodeConfig(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +262,7 @@ func waitIssued(t *testing.T, ctx context.Context, name string, timeout time.Dur
 	var c *certv1.CertificateSigningRequest
 	err := localcluster.Poll(ctx, timeout, "CSR "+name+" approved and issued", func() (bool, error) {
 		var err error
-		c, err = cluster.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		c, err = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && csrCondition(c, certv1.CertificateApproved) != nil && len(c.Status.Certificate) > 0, nil
 	})
 	if err != nil {

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -50,11 +48,11 @@ func Test01HappyPath(t *testing.T) {
 			t.Fatalf("%s registered without the startup taint", n.Name)
 		}
 	}
-	if _, err := cluster.Client.CoreV1().Pods("default").Create(ctx, versionPod(w), metav1.CreateOptions{}); err != nil {
+	if _, err := cluster.Clientset().CoreV1().Pods("default").Create(ctx, versionPod(w), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := localcluster.Poll(ctx, time.Minute, "the version pod to finish", func() (bool, error) {
-		p, err := cluster.Client.CoreV1().Pods("default").Get(ctx, "logs-"+w, metav1.GetOptions{})
+		p, err := cluster.Clientset().CoreV1().Pods("default").Get(ctx, "logs-"+w, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodSucceeded, nil
 	})
 	if err != nil {
@@ -85,7 +83,7 @@ func Test01HappyPath(t *testing.T) {
 		t.Logf("%s ready and untainted %s after deploy: %s", n.Name, time.Since(start).Round(time.Millisecond), c.Message)
 	}
 	// The approval came from certready's policy, not from a human.
-	csrs, err := cluster.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{LabelSelector: "certready.io/node=" + w})
+	csrs, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{LabelSelector: "certready.io/node=" + w})
 	if err != nil || len(csrs.Items) == 0 {
 		t.Fatalf("no labelled CSR for %s: %v", w, err)
 	}
@@ -109,7 +107,7 @@ func Test02ApproverStoppedWhenAWorkerJoins(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
-	n, err := cluster.AddNode(ctx, "worker-3", false)
+	n, err := cluster.JoinWorker(ctx, "worker-3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +131,7 @@ func Test03IdentityMismatch(t *testing.T) {
 	name, _ := requestServingCert(t, ctx, w.Name, "192.0.2.99")
 	want := "IPSANNotInInventory: 192.0.2.99 not recorded for " + w.Name
 	err := localcluster.Poll(ctx, time.Minute, "a Warning event naming the rule", func() (bool, error) {
-		evs, err := cluster.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+		evs, err := cluster.Clientset().CoreV1().Events("default").List(ctx, metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.name": name, "type": "Warning"}.String(),
 		})
 		if err != nil {
@@ -149,7 +147,7 @@ func Test03IdentityMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
 	}
-	c, err := cluster.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +160,7 @@ func Test03IdentityMismatch(t *testing.T) {
 	if got := certCondition(node(t, ctx, w.Name)); got.Status != corev1.ConditionFalse {
 		t.Errorf("a foreign pending CSR changed %s's truthful condition: %+v", w.Name, got)
 	}
-	_ = cluster.Client.CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
+	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // 4 and 6. Stale endpoint and restart safety: a renewed certificate lands
@@ -176,9 +174,7 @@ func Test04StaleEndpointAndRestartSafety(t *testing.T) {
 	name, key := requestServingCert(t, ctx, w.Name, w.IP)
 	issued := waitIssued(t, ctx, name, time.Minute)
 
-	pki := w.PKIDir()
-	current := filepath.Join(pki, "kubelet-server-current.pem")
-	oldTarget, err := os.Readlink(current)
+	oldTarget, err := cluster.ServingTarget(ctx, w.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,26 +186,22 @@ func Test04StaleEndpointAndRestartSafety(t *testing.T) {
 	}
 	pair := append(append([]byte{}, issued.Status.Certificate...), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...)
 	newName := "kubelet-server-" + time.Now().UTC().Format("2006-01-02-15-04-05") + "-e2e.pem"
-	if err := os.WriteFile(filepath.Join(pki, newName), pair, 0o600); err != nil {
+	newPath, err := cluster.WriteServingFile(ctx, w.Name, newName, pair)
+	if err != nil {
 		t.Fatal(err)
 	}
 	swap := func(target string) {
 		t.Helper()
-		tmp := current + ".e2e"
-		_ = os.Remove(tmp)
-		if err := os.Symlink(target, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, current); err != nil {
+		if err := cluster.PointServingAt(ctx, w.Name, target); err != nil {
 			t.Fatal(err)
 		}
 	}
-	swap(filepath.Join("/var/lib/kubelet/pki", newName)) // absolute, as inside the node
+	swap(newPath)
 	c := certCondition(waitCondition(t, ctx, w.Name, time.Minute, "EndpointCertificateMismatch", hasReason("EndpointCertificateMismatch", corev1.ConditionTrue)))
 	t.Logf("stale endpoint: %s", c.Message)
 
 	// Restart the agent of this node: the condition must stay True throughout.
-	pods, err := cluster.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+	pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + w.Name,
 	})
 	if err != nil || len(pods.Items) != 1 {
@@ -217,11 +209,11 @@ func Test04StaleEndpointAndRestartSafety(t *testing.T) {
 	}
 	old := pods.Items[0].Name
 	watchFrom := node(t, ctx, w.Name).ResourceVersion
-	if err := cluster.Client.CoreV1().Pods(deploy.Namespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+	if err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = localcluster.Poll(ctx, 2*time.Minute, "a new agent pod on "+w.Name+" ready", func() (bool, error) {
-		pods, err := cluster.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + w.Name,
 		})
 		if err != nil || len(pods.Items) != 1 || pods.Items[0].Name == old {
@@ -254,13 +246,20 @@ func Test04StaleEndpointAndRestartSafety(t *testing.T) {
 	}
 }
 
-// assertNeverReady replays the node's history since resourceVersion rv and
-// fails if the condition was ever False in it.
+// assertNeverReady replays the node's history since resourceVersion rv up
+// to a mark it writes now (an annotation), and fails if the condition was
+// False anywhere in it. The mark makes the replay complete: a quiet node
+// (nothing rewritten since rv) still yields one event to read up to.
 func assertNeverReady(t *testing.T, ctx context.Context, name, rv string) {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	mark := fmt.Sprintf("%d", time.Now().UnixNano())
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"certready.io/e2e-mark":%q}}}`, mark)
+	if _, err := cluster.Clientset().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	w, err := cluster.Client.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+	w, err := cluster.Clientset().CoreV1().Nodes().Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,42 +274,49 @@ func assertNeverReady(t *testing.T, ctx context.Context, name, rv string) {
 		if c := certCondition(n); c != nil && c.Status == corev1.ConditionFalse {
 			t.Fatalf("the restarted agent published False while the kubelet serves a stale certificate: %+v", c)
 		}
+		if n.Annotations["certready.io/e2e-mark"] == mark {
+			t.Logf("%d node updates since the agent restart (the mark included), none with the condition False", seen)
+			return
+		}
 	}
-	if seen == 0 {
-		t.Fatal("no node history replayed: the check saw nothing")
-	}
-	t.Logf("%d node updates since the agent restart, none with the condition False", seen)
+	t.Fatalf("the replay of node %s since %s ended before the mark (%d updates seen)", name, rv, seen)
 }
 
 // 5. Leader failover: kill the leading approver's process; the other
 // replica takes the Lease and approves the next CSR.
 func Test05LeaderFailover(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
-	// Wait for a settled leader: after the apiserver restart of the previous
-	// scenario the Lease may be between holders (released, or held by a
-	// process that is exiting).
+	// Wait for a leader that is alive: after the apiserver restart of the
+	// previous scenario the Lease may still name a process that lost it and
+	// exited (its pod's restarted container has another identity). Only the
+	// holder itself renews the Lease, so a renewal seen under an unchanged
+	// holder proves that process runs; then its pod's processes are killed.
 	var leader, leaderPod string
-	var pids []int
-	err := localcluster.Poll(ctx, 2*time.Minute, "a leader with a running process", func() (bool, error) {
-		lease, err := cluster.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+	var start time.Time
+	var seen *metav1.MicroTime
+	err := localcluster.Poll(ctx, 2*time.Minute, "a leader seen renewing its Lease, then killed", func() (bool, error) {
+		lease, err := cluster.Clientset().CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" || lease.Spec.RenewTime == nil {
 			return false, nil
 		}
-		leader = *lease.Spec.HolderIdentity
+		if *lease.Spec.HolderIdentity != leader || seen == nil {
+			leader, seen = *lease.Spec.HolderIdentity, lease.Spec.RenewTime
+			return false, nil
+		}
+		if !lease.Spec.RenewTime.After(seen.Time) {
+			return false, nil
+		}
 		leaderPod, _, _ = strings.Cut(leader, "_") // identities are <pod>_<per-process suffix>
-		pids = localcluster.ContainerPIDs("POD_NAME=" + leaderPod)
-		return len(pids) > 0, nil
+		start = time.Now()
+		killed, err := cluster.KillPod(ctx, leaderPod)
+		return err == nil && killed > 0, nil
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
 	}
-	start := time.Now()
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
 	var holder string
 	err = localcluster.Poll(ctx, 2*time.Minute, "another replica to take the Lease", func() (bool, error) {
-		l, err := cluster.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		l, err := cluster.Clientset().CoordinationV1().Leases(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil
 		}
@@ -333,7 +339,7 @@ func Test05LeaderFailover(t *testing.T) {
 		t.Errorf("approval %+v", a)
 	}
 	t.Logf("the new leader approved %s %s after the kill", name, time.Since(start).Round(time.Millisecond))
-	_ = cluster.Client.CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
+	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // 8. Taint fallback off: nothing removes the taint even with the condition
@@ -347,7 +353,7 @@ func Test08TaintFallbackOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApproverArgs(t, ctx, false)
-	n, err := cluster.AddNode(ctx, "worker-4", false)
+	n, err := cluster.JoinWorker(ctx, "worker-4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +377,7 @@ func Test08TaintFallbackOff(t *testing.T) {
 func waitApproverArgs(t *testing.T, ctx context.Context, fallback bool) {
 	t.Helper()
 	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("approver pods with the taint fallback=%v ready", fallback), func() (bool, error) {
-		pods, err := cluster.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approver"})
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approver"})
 		if err != nil || len(pods.Items) != 2 {
 			return false, nil
 		}
@@ -394,7 +400,7 @@ func waitApproverArgs(t *testing.T, ctx context.Context, fallback bool) {
 func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	w1, w2 := cluster.Workers()[0].Name, cluster.Workers()[1].Name
-	pods, err := cluster.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+	pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + w1,
 	})
 	if err != nil || len(pods.Items) != 1 {
@@ -405,7 +411,7 @@ func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rest.AnonymousClientConfig(cluster.RESTConfig)
+	cfg := rest.AnonymousClientConfig(cluster.AdminConfig())
 	cfg.BearerToken = strings.TrimSpace(token)
 	as, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -452,11 +458,17 @@ func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
 // renews it and the condition recovers.
 func Test07Expiry(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
-	if err := cluster.RestartControllerManager(3 * time.Minute); err != nil {
+	if err := cluster.SetSigningDuration(ctx, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.RestartControllerManager(0) })
-	n, err := cluster.AddNode(ctx, "worker-5", false)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := cluster.SetSigningDuration(ctx, 0); err != nil {
+			t.Errorf("restoring the signing duration: %v", err)
+		}
+	})
+	n, err := cluster.JoinWorker(ctx, "worker-5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +490,7 @@ func Test07Expiry(t *testing.T) {
 func restoreApprover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := cluster.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+	d, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
 	if err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas != 2 {
 		scaleApprover(t, ctx, 2)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
 )
 
 func main() {
@@ -73,10 +74,10 @@ func up(state string, workers int, manifests string) error {
 		return err
 	}
 	defer c.Stop()
-	if err := deploy.Certready(ctx, c, filepath.Join(manifests, "overlays/standalone"), logf); err != nil {
+	if err := deploy.Certready(ctx, provider.Local{C: c}, filepath.Join(manifests, "overlays/standalone"), logf); err != nil {
 		return err
 	}
-	if err := deploy.Showcase(ctx, c, os.Stdout, logf); err != nil {
+	if err := deploy.Showcase(ctx, provider.Local{C: c}, os.Stdout, logf); err != nil {
 		return err
 	}
 	fmt.Printf("\nThe cluster stays up. From this machine:\n  export KUBECONFIG=%s\n  kubectl get nodes\n  kubectl describe node worker-1\nStop it with: make demo-down\nDEMO READY\n", c.Kubeconfig)

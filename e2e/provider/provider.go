@@ -1,0 +1,64 @@
+// Package provider is what the e2e suite needs from a cluster under test,
+// so that the same scenarios run against the local cluster of real
+// Kubernetes binaries (Local) and against a kind cluster (Kind).
+//
+// Paths given to and returned by the serving-certificate methods are as the
+// node's kubelet sees them (under /var/lib/kubelet/pki): the kubelet's
+// symlink target is absolute, so they must be.
+package provider
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Node is a node of the cluster under test.
+type Node struct {
+	Name string
+	IP   string // the InternalIP the kubelet serves on
+}
+
+// Cluster is a cluster under test.
+type Cluster interface {
+	// Clientset and AdminConfig act as the cluster administrator.
+	Clientset() kubernetes.Interface
+	AdminConfig() *rest.Config
+	// Kubectl runs kubectl against the cluster and returns its combined
+	// output.
+	Kubectl(ctx context.Context, args ...string) (string, error)
+	// Nodes lists every node; Workers those that are not control plane.
+	Nodes() []Node
+	Workers() []Node
+	// JoinWorker makes a worker join (or join again) as a new kubelet
+	// does: registered with the startup taint, no serving certificate yet.
+	// name is a hint; a provider that cannot add nodes returns the worker
+	// it made rejoin.
+	JoinWorker(ctx context.Context, name string) (Node, error)
+	// NodeConfig acts with the node's own kubelet client credentials.
+	NodeConfig(ctx context.Context, name string) (*rest.Config, error)
+	// RestartAPIServer stops the API server and waits until it serves again.
+	RestartAPIServer(ctx context.Context) error
+	// SetSigningDuration restarts the controller manager so that the
+	// kubelet-serving signer issues certificates valid for d (0: default).
+	SetSigningDuration(ctx context.Context, d time.Duration) error
+	// KillPod kills the processes of the pod's containers with SIGKILL,
+	// without telling the API server; it returns how many it killed.
+	KillPod(ctx context.Context, pod string) (int, error)
+	// WriteServingFile writes data to file (a base name) in the node's
+	// kubelet pki folder, mode 0600, and returns its path on the node.
+	WriteServingFile(ctx context.Context, node, file string, data []byte) (string, error)
+	// ServingTarget is where kubelet-server-current.pem points.
+	ServingTarget(ctx context.Context, node string) (string, error)
+	// PointServingAt swaps kubelet-server-current.pem onto target as the
+	// kubelet does: a new symlink renamed onto the old one.
+	PointServingAt(ctx context.Context, node, target string) error
+}
+
+// PKIDir is the kubelet's pki folder as seen on a node.
+const PKIDir = "/var/lib/kubelet/pki"
+
+// ServingCurrent is the kubelet's symlink to its current serving pair.
+const ServingCurrent = PKIDir + "/kubelet-server-current.pem"
