@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Creates the kind cluster, builds and loads the certready image, applies the
 # manifests. NRC_MANIFEST=<path or URL of the node-readiness-controller
-# release manifest> installs it and uses the nrc overlay; otherwise the
-# standalone overlay (approver's taint fallback) is used. KIND_DEPLOY=0 stops
-# after loading the image (make e2e-kind deploys in its first scenario).
+# release manifest> installs it (NRC_CRD=<path or URL> also applies its
+# NodeReadinessRule CRD, for a release manifest without it) and uses the
+# nrc overlay; otherwise the standalone overlay (approver's taint fallback)
+# is used. KIND_DEPLOY=0 stops after loading the image (make e2e-kind
+# deploys in its first scenario).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in kind docker kubectl; do
@@ -17,7 +19,7 @@ kind load docker-image certready:dev --name "$name"
 [ "${KIND_DEPLOY:-1}" = 0 ] && exit 0
 overlay=manifests/overlays/standalone
 if [ -n "${NRC_MANIFEST:-}" ]; then
-  kubectl apply -f ../shared/nrc/nodereadinessrules.crd.yaml 2>/dev/null || true
+  if [ -n "${NRC_CRD:-}" ]; then kubectl apply -f "$NRC_CRD"; fi
   kubectl apply -f "$NRC_MANIFEST"
   overlay=manifests/overlays/nrc
 fi
