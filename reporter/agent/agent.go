@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -117,6 +118,8 @@ type Agent struct {
 	csrs     *csrSource
 	writer   *condition.Writer
 	recorder record.EventRecorder
+	// writerUID is the Node object writer was made for.
+	writerUID types.UID
 
 	// Worker-only state.
 	proven  *provenCSR // the CSR that proved the current fingerprint
@@ -257,10 +260,14 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if a.writer == nil {
+	if a.writer == nil || a.writerUID != node.UID {
+		// A Node deleted and registered again under its name is a new
+		// object without the condition: what this process wrote to the old
+		// one no longer stands, and events must name the new one.
 		a.writer = condition.NewWriter(condition.Config{
 			Node: node.Name, NodeUID: node.UID, Type: a.cfg.ConditionType, Heartbeat: a.cfg.Heartbeat,
 		}, condition.NewClient(a.client), a.recorder)
+		a.writerUID = node.UID
 	}
 	now := a.now()
 	in := verdict.Input{Node: NodeInfo(node), Now: now}

@@ -460,3 +460,31 @@ func value(t *testing.T, reg *prometheus.Registry, name string, want map[string]
 	}
 	return 0
 }
+
+// An operator deletes the Node (kubectl delete node) and the kubelet
+// registers it again under the same name: the new object has no condition,
+// and the agent must publish it again now, not at its next heartbeat.
+func TestReRegisteredNodeGetsItsConditionBack(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.healthy("csr-1")
+	h.run(agent.Config{Heartbeat: time.Hour})
+	h.waitFor(verdict.Ready)
+
+	ctx := context.Background()
+	old, err := h.cs.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cs.CoreV1().Nodes().Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", UID: "uid-2"}, Status: old.Status}
+	again.Status.Conditions = nil
+	if _, err := h.cs.CoreV1().Nodes().Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor(verdict.Ready)
+	if c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition on the re-registered node: %+v", c)
+	}
+}
