@@ -47,7 +47,7 @@ func NewKind(name, stateDir string) (*Kind, error) {
 	p := kindcluster.NewProvider(opt)
 	kc, err := p.KubeConfig(name, false)
 	if err != nil {
-		return nil, fmt.Errorf("no kind cluster %q (create it with 'make kind-up' or KIND_DEPLOY=0 kind/kind-up.sh): %w", name, err)
+		return nil, fmt.Errorf("no kind cluster %q: 'make e2e-kind' makes a fresh one and runs the suite on it (or KIND_CLUSTER_NAME=%[1]s KIND_DEPLOY=0 kind/kind-up.sh, then this): %w", name, err)
 	}
 	k := &Kind{name: name, kubeconfig: filepath.Join(stateDir, "kind-"+name+".kubeconfig"), nodes: map[string]kindnodes.Node{}}
 	if err := os.WriteFile(k.kubeconfig, []byte(kc), 0o600); err != nil {
