@@ -538,8 +538,10 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 				continue
 			}
 			approvedAt[csr.Name] = time.Now()
-			if _, ok := accepted[csr.Name]; ok && creating == nil {
-				approvedAccepted++
+			if creating == nil { // accepted is final: no creator writes it any more
+				if _, ok := accepted[csr.Name]; ok {
+					approvedAccepted++
+				}
 			}
 		case <-sampleTick.C:
 			for name, p := range procs {
