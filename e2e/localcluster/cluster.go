@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -523,6 +524,20 @@ func (c *Cluster) Node(name string) *Node {
 		}
 	}
 	return nil
+}
+
+// RestartKubelet restarts the node's kubelet alone (SIGHUP to its
+// localnode): the containers keep running, as when a real node's kubelet
+// service restarts.
+func (c *Cluster) RestartKubelet(name string) error {
+	n := c.Node(name)
+	if n == nil || n.proc == nil {
+		return fmt.Errorf("no node %s in the local cluster", name)
+	}
+	if !n.proc.running() {
+		return fmt.Errorf("node %s is not running; see %s", name, c.logPath("node-"+name))
+	}
+	return n.proc.cmd.Process.Signal(syscall.SIGHUP)
 }
 
 // Workers lists the worker nodes.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -149,35 +148,32 @@ func (k *Kind) JoinWorker(ctx context.Context, _ string) (Node, error) {
 		return Node{}, fmt.Errorf("kind cluster %s has no worker", k.name)
 	}
 	name := ws[len(ws)-1].Name
-	if _, err := k.run(ctx, name, nil, "systemctl", "stop", "kubelet"); err != nil {
-		return Node{}, err
-	}
-	if _, err := k.run(ctx, name, nil, "sh", "-c", `rm -f "$1"/kubelet-server-*`, "sh", PKIDir); err != nil {
-		return Node{}, err
-	}
-	if err := k.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return Node{}, err
-	}
-	err := localcluster.Poll(ctx, time.Minute, "node "+name+" deleted", func() (bool, error) {
-		_, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+	err := reRegister(ctx, k.client, name, func() error {
+		if _, err := k.run(ctx, name, nil, "systemctl", "stop", "kubelet"); err != nil {
+			return err
+		}
+		if _, err := k.run(ctx, name, nil, "sh", "-c", `rm -f "$1"/kubelet-server-*`, "sh", PKIDir); err != nil {
+			return err
+		}
+		_, err := k.run(ctx, name, nil, "systemctl", "start", "kubelet")
+		return err
 	})
 	if err != nil {
 		return Node{}, err
 	}
-	if _, err := k.run(ctx, name, nil, "systemctl", "start", "kubelet"); err != nil {
-		return Node{}, err
-	}
-	var node Node
-	err = localcluster.Poll(ctx, 2*time.Minute, "node "+name+" registered again", func() (bool, error) {
-		n, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+	for _, w := range k.Workers() {
+		if w.Name == name {
+			return w, nil
 		}
-		node = Node{Name: n.Name, IP: internalIP(n)}
-		return node.IP != "", nil
+	}
+	return Node{}, fmt.Errorf("node %s vanished after joining again", name)
+}
+
+func (k *Kind) ReRegisterNode(ctx context.Context, name string) error {
+	return reRegister(ctx, k.client, name, func() error {
+		_, err := k.run(ctx, name, nil, "systemctl", "restart", "kubelet")
+		return err
 	})
-	return node, err
 }
 
 // NodeConfig uses the kubelet's own client certificate from the node.

@@ -46,6 +46,10 @@ func (l Local) JoinWorker(ctx context.Context, name string) (Node, error) {
 	return Node{Name: n.Name, IP: n.IP}, nil
 }
 
+func (l Local) ReRegisterNode(ctx context.Context, name string) error {
+	return reRegister(ctx, l.C.Client, name, func() error { return l.C.RestartKubelet(name) })
+}
+
 func (l Local) NodeConfig(_ context.Context, name string) (*rest.Config, error) {
 	if l.C.Node(name) == nil {
 		return nil, fmt.Errorf("no node %s in the local cluster", name)

@@ -11,8 +11,12 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/certready/certready/e2e/localcluster"
 )
 
 // Node is a node of the cluster under test.
@@ -37,6 +41,11 @@ type Cluster interface {
 	// name is a hint; a provider that cannot add nodes returns the worker
 	// it made rejoin.
 	JoinWorker(ctx context.Context, name string) (Node, error)
+	// ReRegisterNode deletes the Node object and restarts the node's
+	// kubelet alone (its containers keep running), as an operator's
+	// kubectl delete node followed by a kubelet restart does; it returns
+	// once the kubelet has registered the Node anew.
+	ReRegisterNode(ctx context.Context, name string) error
 	// NodeConfig acts with the node's own kubelet client credentials.
 	NodeConfig(ctx context.Context, name string) (*rest.Config, error)
 	// RestartAPIServer stops the API server and waits until it serves again.
@@ -62,3 +71,30 @@ const PKIDir = "/var/lib/kubelet/pki"
 
 // ServingCurrent is the kubelet's symlink to its current serving pair.
 const ServingCurrent = PKIDir + "/kubelet-server-current.pem"
+
+// reRegister deletes the Node name, runs restart (which makes its kubelet
+// start again) once the deletion is through, and waits until the kubelet
+// has registered a new Node object with an InternalIP.
+func reRegister(ctx context.Context, cs kubernetes.Interface, name string, restart func() error) error {
+	old, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = localcluster.Poll(ctx, time.Minute, "node "+name+" deleted", func() (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && n.UID != old.UID), nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := restart(); err != nil {
+		return err
+	}
+	return localcluster.Poll(ctx, 2*time.Minute, "node "+name+" registered again", func() (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && n.UID != old.UID && internalIP(n) != "", nil
+	})
+}

@@ -453,6 +453,60 @@ func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
 	}
 }
 
+// 10. A node registered again (kubectl delete node, then a kubelet
+// restart; the agent keeps running): the new Node comes back with the
+// startup taint and no condition, and the agent must publish the condition
+// at once, not at its next heartbeat (5 min), so that the taint is lifted.
+func Test10NodeRegisteredAgain(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	w := cluster.Workers()[0].Name
+	before := waitCondition(t, ctx, w, time.Minute, "ready and untainted before", readyAndUntainted)
+	agentPod := func() (string, int32) {
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + w,
+		})
+		if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+			t.Fatalf("agent pod on %s: %v", w, err)
+		}
+		return pods.Items[0].Name, pods.Items[0].Status.ContainerStatuses[0].RestartCount
+	}
+	pod, restarts := agentPod()
+	watch, err := cluster.Clientset().CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + w, ResourceVersion: before.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	start := time.Now()
+	if err := cluster.ReRegisterNode(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s registered again (uid %s -> %s) in %s", w, before.UID, node(t, ctx, w).UID, time.Since(start).Round(time.Millisecond))
+	// The new Node as the kubelet created it: tainted, without the condition.
+	for created := false; !created; {
+		select {
+		case ev, ok := <-watch.ResultChan():
+			if !ok {
+				t.Fatal("the node watch ended before the new Node was seen")
+			}
+			n, isNode := ev.Object.(*corev1.Node)
+			if !isNode || ev.Type != "ADDED" || n.UID == before.UID {
+				continue
+			}
+			if !deploy.HasStartupTaint(n) || certCondition(n) != nil {
+				t.Fatalf("the kubelet registered %s without the startup taint or with a condition: taints %v, condition %+v", w, n.Spec.Taints, certCondition(n))
+			}
+			created = true
+		case <-ctx.Done():
+			t.Fatal("the new Node's creation was never seen")
+		}
+	}
+	got := waitCondition(t, ctx, w, time.Minute, "condition False and taint lifted on the new Node", readyAndUntainted)
+	t.Logf("%s ready and untainted %s after the deletion: %s", w, time.Since(start).Round(time.Millisecond), certCondition(got).Message)
+	if p, r := agentPod(); p != pod || r != restarts {
+		t.Errorf("the agent was restarted (pod %s/%d -> %s/%d): the scenario did not test a running agent", pod, restarts, p, r)
+	}
+}
+
 // 7. Expiry (runs last: it is the slowest): with 3-minute certificates and no approver, the certificate
 // expires unrenewed and the condition says so; the approver's return
 // renews it and the condition recovers.

@@ -4,7 +4,8 @@
 //
 //	localnode node --dir D --ip IP --cri SOCK [--bind SRC:DST]... -- kubelet ARGS...
 //	  bind-mounts the node's folders at the standard paths (/var/lib/kubelet,
-//	  /var/log/pods, ...), serves the CRI runtime and runs the kubelet.
+//	  /var/log/pods, ...), serves the CRI runtime and runs the kubelet;
+//	  SIGHUP restarts the kubelet alone.
 //	localnode container --root R --bin B [--mount SRC:DST[:ro]]... -- ARGS...
 //	  builds a container's root (tmpfs with only the binary and the mounts),
 //	  chroots into it and execs the binary. Started by the runtime in a new
@@ -104,28 +105,53 @@ func node(args []string) error {
 	}
 	defer rt.Stop()
 
-	cmd := exec.Command(kubelet[0], kubelet[1:]...)
+	// SIGHUP restarts the kubelet alone: the runtime and its containers
+	// stay, as when a real node's kubelet service restarts.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for {
+		k, err := startKubelet(kubelet)
+		if err != nil {
+			return err
+		}
+		select {
+		case s := <-sig:
+			k.stop()
+			if s != syscall.SIGHUP {
+				return nil
+			}
+			fmt.Fprintln(os.Stderr, "localnode: SIGHUP: restarting the kubelet")
+		case err := <-k.exited:
+			return fmt.Errorf("the kubelet exited: %v", err)
+		}
+	}
+}
+
+type kubeletProc struct {
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+func startKubelet(argv []string) (*kubeletProc, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the kubelet: %w", err)
+		return nil, fmt.Errorf("starting the kubelet: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	k := &kubeletProc{cmd: cmd, exited: make(chan error, 1)}
+	go func() { k.exited <- cmd.Wait() }()
+	return k, nil
+}
+
+// stop asks the kubelet to stop and kills it after 5 s.
+func (k *kubeletProc) stop() {
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case s := <-sig:
-		_ = cmd.Process.Signal(s)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		return nil
-	case err := <-exited:
-		return fmt.Errorf("the kubelet exited: %v", err)
+	case <-k.exited:
+	case <-time.After(5 * time.Second):
+		_ = k.cmd.Process.Kill()
+		<-k.exited
 	}
 }
 
