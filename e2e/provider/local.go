@@ -112,10 +112,5 @@ func (l Local) PointServingAt(_ context.Context, node, target string) error {
 	if err != nil {
 		return err
 	}
-	tmp := host + ".e2e"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil { // target as the node sees it
-		return err
-	}
-	return os.Rename(tmp, host)
+	return localcluster.SwapSymlink(host, target) // target as the node sees it
 }

@@ -9,13 +9,7 @@ package suite
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -221,25 +215,9 @@ func nodeClient(t *testing.T, name string) kubernetes.Interface {
 // and returns the CSR's name and the private key.
 func requestServingCert(t *testing.T, ctx context.Context, name string, ips ...string) (string, *ecdsa.PrivateKey) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, key, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-" + name + "-"}, name, ips...)
 	if err != nil {
 		t.Fatal(err)
-	}
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}}}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + name + "-"},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeletServingSignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-		},
 	}
 	created, err := nodeClient(t, name).CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
 	if err != nil {

@@ -3,12 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -17,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,25 +190,11 @@ func (b *bench) createNode(ctx context.Context, cs kubernetes.Interface, name, i
 // requestCert makes a real kubelet-serving CSR as the node and waits for
 // the approver and the signer.
 func requestCert(ctx context.Context, admin, node kubernetes.Interface, name, ip string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	req, key, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "bench-" + name + "-"}, name, ip)
 	if err != nil {
 		return nil, nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
-		IPAddresses: []net.IP{net.ParseIP(ip)},
-	}, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	csr, err := node.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-" + name + "-"},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeletServingSignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-		},
-	}, metav1.CreateOptions{})
+	csr, err := node.CertificatesV1().CertificateSigningRequests().Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -233,16 +216,9 @@ func requestCert(ctx context.Context, admin, node kubernetes.Interface, name, ip
 	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
 
-// swap points kubelet-server-current.pem at target as the kubelet does:
-// a new absolute symlink renamed onto the old one.
+// swap points kubelet-server-current.pem at target as the kubelet does.
 func (b *bench) swap(target string) error {
-	cur := filepath.Join(b.pki, "kubelet-server-current.pem")
-	tmp := cur + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, cur)
+	return localcluster.SwapSymlink(filepath.Join(b.pki, "kubelet-server-current.pem"), target)
 }
 
 func cond(n *corev1.Node) *corev1.NodeCondition { return localcluster.NodeCondition(n, condType) }
@@ -387,19 +363,14 @@ func (b *bench) nodeClient(certPEM, keyPEM []byte) (kubernetes.Interface, error)
 type errorSet struct {
 	mu    sync.Mutex
 	count int
-	seen  map[string]bool
-	list  []string
+	list  []string // at most 5
 }
 
 func (e *errorSet) add(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.count++
-	if e.seen == nil {
-		e.seen = map[string]bool{}
-	}
-	if msg := err.Error(); !e.seen[msg] && len(e.list) < 5 {
-		e.seen[msg] = true
+	if msg := err.Error(); len(e.list) < 5 && !slices.Contains(e.list, msg) {
 		e.list = append(e.list, msg)
 	}
 }
@@ -419,9 +390,8 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 	run := stormRun.Add(1)
 	b.logf("approval storm: %d CSRs from %d node identities", n, n)
 	names := make([]string, n)
-	ips := make([]string, n)
 	clients := make([]kubernetes.Interface, n)
-	reqs := make([][]byte, n)
+	csrs := make([]*certv1.CertificateSigningRequest, n)
 	defer func() {
 		// Clean up so the next size starts from the same state.
 		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
@@ -442,7 +412,7 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 		go func() {
 			defer wg.Done()
 			for i := range prep {
-				if err := b.prepareStormNode(ctx, run, i, names, ips, clients, reqs); err != nil {
+				if err := b.prepareStormNode(ctx, run, i, names, clients, csrs); err != nil {
 					prepErrs.add(err)
 				}
 			}
@@ -472,13 +442,9 @@ func (b *bench) storm(ctx context.Context, n int) (stormResult, []footprintSampl
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				name := fmt.Sprintf("storm%d-csr-%d", run, i)
+				name := csrs[i].Name
 				t := time.Now()
-				_, err := clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"certready.io/bench": "storm"}},
-					Spec: certv1.CertificateSigningRequestSpec{Request: reqs[i], SignerName: certv1.KubeletServingSignerName,
-						Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
-				}, metav1.CreateOptions{})
+				_, err := clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, csrs[i], metav1.CreateOptions{})
 				if err != nil {
 					createErrs.add(fmt.Errorf("creating %s: %w", name, err))
 					continue
@@ -592,13 +558,13 @@ func isApproved(csr *certv1.CertificateSigningRequest) bool {
 
 // prepareStormNode creates storm node i (Node object with its address),
 // its client identity system:node:<name> and its serving CSR.
-func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, names, ips []string, clients []kubernetes.Interface, reqs [][]byte) error {
+func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, names []string, clients []kubernetes.Interface, csrs []*certv1.CertificateSigningRequest) error {
 	name := fmt.Sprintf("storm%d-%d", run, i)
 	ip := fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)
 	if err := b.createNode(ctx, b.c.Client, name, ip, false); err != nil {
 		return err
 	}
-	names[i], ips[i] = name, ip
+	names[i] = name
 	certPEM, keyPEM, err := b.c.ClientCertPEM("system:node:"+name, "system:nodes")
 	if err != nil {
 		return err
@@ -606,19 +572,9 @@ func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, names, i
 	if clients[i], err = b.nodeClient(certPEM, keyPEM); err != nil {
 		return err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
-		IPAddresses: []net.IP{net.ParseIP(ip)},
-	}, key)
-	if err != nil {
-		return err
-	}
-	reqs[i] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	return nil
+	csrs[i], _, err = localcluster.KubeletServingCSR(metav1.ObjectMeta{Name: fmt.Sprintf("storm%d-csr-%d", run, i),
+		Labels: map[string]string{"certready.io/bench": "storm"}}, name, ip)
+	return err
 }
 
 type loadResult struct {
