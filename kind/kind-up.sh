@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Creates the kind cluster, builds and loads the certready image, applies the
 # manifests. NRC_MANIFEST=<path or URL of the node-readiness-controller
-# release manifest> installs it (NRC_CRD=<path or URL> also applies its
-# NodeReadinessRule CRD, for a release manifest without it) and uses the
-# nrc overlay; otherwise the standalone overlay (approver's taint fallback)
+# release manifest> installs it, with its NodeReadinessRule CRD (NRC_CRD,
+# default manifests/crds/nodereadinessrules.crd.yaml), and uses the nrc
+# overlay; otherwise the standalone overlay (approver's taint fallback)
 # is used. KIND_DEPLOY=0 stops after loading the image (make e2e-kind
 # deploys in its first scenario).
 set -euo pipefail
@@ -19,7 +19,7 @@ kind load docker-image certready:dev --name "$name"
 [ "${KIND_DEPLOY:-1}" = 0 ] && exit 0
 overlay=manifests/overlays/standalone
 if [ -n "${NRC_MANIFEST:-}" ]; then
-  if [ -n "${NRC_CRD:-}" ]; then kubectl apply -f "$NRC_CRD"; fi
+  kubectl apply -f "${NRC_CRD:-manifests/crds/nodereadinessrules.crd.yaml}"
   kubectl apply -f "$NRC_MANIFEST"
   overlay=manifests/overlays/nrc
 fi
