@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-down clean help
+.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-down clean help prereqs-test prereqs-demo
 
 all: build
 
@@ -16,22 +16,29 @@ help: ## List the targets.
 build: ## Build the static certready binary into bin/.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/certready
 
-test: lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
+test: prereqs-test lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
+
+prereqs-test prereqs-demo: ## Check (as root: apt-get install) what 'make test' / 'make demo' need, before any long step.
+	@hack/prereqs.sh $(@:prereqs-%=%)
 
 unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e module.
+	@echo '== unit tests (race detector)'
 	$(GO) test -race -count=1 ./...
 	cd e2e && $(GO) test -race -count=1 ./cmd/... ./provider/
 
 lint: ## go vet and gofmt (both modules).
+	@echo '== lint: go vet, gofmt'
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
 
 static: ## Static manifest checks: kustomize builds, strict decoding, CRD schema, kind config, promtool alert tests.
+	@echo '== static manifest checks'
 	cd e2e && $(GO) test -count=1 ./static/
 
 e2e: ## End-to-end suite against the local cluster of real Kubernetes binaries (root).
+	@echo '== e2e suite on the local cluster'
 	$(MAKE) -C e2e test
 
 bench-smoke: ## Tiny benchmark run on the local cluster (CI: proves the benchmarks work; root).
@@ -40,7 +47,7 @@ bench-smoke: ## Tiny benchmark run on the local cluster (CI: proves the benchmar
 bench: ## Benchmarks on the local cluster (root): latency, approval storms, API load, footprint. BENCH_ARGS=--storm=100,1000,5000
 	$(MAKE) -C e2e bench
 
-demo: ## Start the local cluster (root), deploy certready, show the taints lifted; stays up.
+demo: prereqs-demo ## Start the local cluster (root), deploy certready, show the taints lifted; stays up.
 	$(MAKE) -C e2e demo
 
 demo-down: ## Stop the demo cluster; leaves nothing behind.
