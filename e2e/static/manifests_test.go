@@ -7,6 +7,7 @@ package static
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -366,5 +367,55 @@ func TestMonitoringComponentBuilds(t *testing.T) {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("no %s in %v", want, kinds)
 		}
+	}
+}
+
+// TestListenAddressesWorkOnEveryIPFamily expands the workloads' address
+// arguments as the kubelet does ($(VAR) from the downward API) with an IPv4
+// and an IPv6 address and listens on each, as the binaries do.
+func TestListenAddressesWorkOnEveryIPFamily(t *testing.T) {
+	objs := decodeAll(t, build(t, "base"))
+	var containers []corev1.Container
+	for _, ds := range find[*appsv1.DaemonSet](objs) {
+		containers = append(containers, ds.Spec.Template.Spec.Containers...)
+	}
+	for _, d := range find[*appsv1.Deployment](objs) {
+		containers = append(containers, d.Spec.Template.Spec.Containers...)
+	}
+	checked := 0
+	for _, c := range containers {
+		for _, a := range c.Args {
+			flag, value, ok := strings.Cut(a, "=")
+			if !ok || !strings.HasSuffix(flag, "-addr") {
+				continue
+			}
+			for _, ip := range []string{"127.0.0.1", "::1"} {
+				addr := value
+				for _, e := range c.Env {
+					if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.HasSuffix(e.ValueFrom.FieldRef.FieldPath, "IP") {
+						addr = strings.ReplaceAll(addr, "$("+e.Name+")", ip)
+					}
+				}
+				if strings.Contains(addr, "$(") {
+					t.Fatalf("%s %s: unexpanded variable in %q", c.Name, flag, addr)
+				}
+				// Same port, any free one: only the host part is at stake.
+				host, _, err := net.SplitHostPort(addr)
+				if err != nil {
+					t.Errorf("%s %s with %s: %q is not host:port: %v", c.Name, flag, ip, addr, err)
+					continue
+				}
+				ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+				if err != nil {
+					t.Errorf("%s %s with %s: %v", c.Name, flag, ip, err)
+					continue
+				}
+				ln.Close()
+				checked++
+			}
+		}
+	}
+	if checked < 8 {
+		t.Errorf("checked %d address arguments (2 families), want the agent's and approver's metrics and health addresses", checked)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,12 @@ func MetricsMux(reg *prometheus.Registry) *http.ServeMux {
 func Serve(ctx context.Context, flag, addr string, h http.Handler) (func() error, error) {
 	if addr == "" || addr == "0" {
 		return func() error { return nil }, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		if i := strings.LastIndex(addr, ":"); i > 0 && !strings.HasPrefix(addr, "[") && strings.Count(addr, ":") > 1 {
+			return nil, fmt.Errorf("--%s=%s: an IPv6 address must be in brackets, e.g. %s", flag, addr, net.JoinHostPort(addr[:i], addr[i+1:]))
+		}
+		return nil, fmt.Errorf("--%s=%s: want host:port, e.g. 0.0.0.0:9721 or [::]:9721: %w", flag, addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

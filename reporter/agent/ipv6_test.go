@@ -1,0 +1,94 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/agent"
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// serveOn serves p with TLS on addr (a real listener, IPv4 or IPv6).
+func serveOn(t *testing.T, addr string, p *testpki.Pair) int {
+	t.Helper()
+	ln, err := tls.Listen("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}}})
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _ = c.(*tls.Conn).Handshake() }()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestIPv6AndDualStackNodes runs the observation path (installed file,
+// probe target, real TLS handshake) and the verdict for nodes whose
+// InternalIP is IPv6, and for dual-stack nodes in either order.
+func TestIPv6AndDualStackNodes(t *testing.T) {
+	ca, err := testpki.NewCA("kubelet-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, v4 := net.ParseIP("::1"), net.ParseIP("127.0.0.1")
+	for _, tc := range []struct {
+		name      string
+		addrs     []string // the Node's InternalIPs, in order
+		sans      []net.IP
+		listen    string
+		wantReady bool
+		wantAddr  string
+	}{
+		{"IPv6 only", []string{"::1"}, []net.IP{v6}, "[::1]:0", true, "[::1]"},
+		{"dual-stack, IPv6 first", []string{"::1", "127.0.0.1"}, []net.IP{v4, v6}, "[::1]:0", true, "[::1]"},
+		{"dual-stack, IPv4 first", []string{"127.0.0.1", "::1"}, []net.IP{v6, v4}, "127.0.0.1:0", true, "127.0.0.1"},
+		{"IPv6 node, certificate lacks its address", []string{"::1"}, []net.IP{v4}, "[::1]:0", false, "[::1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pair, err := ca.Issue(testpki.Serving{Node: "w6", IPs: tc.sans})
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := serveOn(t, tc.listen, pair)
+			dir := t.TempDir()
+			if _, err := testpki.Install(dir, pair, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w6"}}
+			for _, a := range tc.addrs {
+				node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+			}
+			in := verdict.Input{Node: agent.NodeInfo(node), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
+			target := agent.EndpointTarget(in, port, 5*time.Second)
+			if want := tc.wantAddr + ":" + strconv.Itoa(port); target.Addr != want {
+				t.Fatalf("probe dials %s, want %s", target.Addr, want)
+			}
+			res := probe.Probe(context.Background(), target)
+			if res.Outcome != probe.Presented {
+				t.Fatalf("probe of %s: %s", target.Addr, res.Describe())
+			}
+			in.Endpoint = &res
+			v := verdict.Evaluate(in)
+			if v.Ready() != tc.wantReady {
+				t.Errorf("verdict %s %s: %s, want ready=%v", v.Status, v.Reason, v.Message, tc.wantReady)
+			}
+		})
+	}
+}
