@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -239,6 +240,17 @@ func (r *Runtime) launch(id, bin string, cfg *kubeapi.ContainerConfig, logPath s
 	}
 	if cfg.WorkingDir != "" {
 		args = append(args, "--workdir", cfg.WorkingDir)
+	}
+	// The user the kubelet asks for (securityContext runAsUser/runAsGroup):
+	// it owns the projected token, and with fs.protected_symlinks even root
+	// cannot follow the token's symlink in the kubelet's sticky tmpfs.
+	if sc := cfg.GetLinux().GetSecurityContext(); sc != nil {
+		if u := sc.GetRunAsUser(); u != nil {
+			args = append(args, "--uid", strconv.FormatInt(u.GetValue(), 10))
+		}
+		if g := sc.GetRunAsGroup(); g != nil {
+			args = append(args, "--gid", strconv.FormatInt(g.GetValue(), 10))
+		}
 	}
 	args = append(args, "--")
 	args = append(args, cfg.Command...)

@@ -19,6 +19,8 @@ func containerMain(args []string) error {
 	bin := fs.String("bin", "", "the host binary that is the image's content")
 	mounts := fs.StringArray("mount", nil, "SRC:DST[:ro] kubelet-provided mounts")
 	workdir := fs.String("workdir", "/", "working directory")
+	uid := fs.Int("uid", 0, "user to run as (the container's runAsUser)")
+	gid := fs.Int("gid", 0, "group to run as (runAsGroup; default 0, as for an image without a passwd entry)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,6 +68,19 @@ func containerMain(args []string) error {
 	}
 	if err := os.Chdir(*workdir); err != nil {
 		_ = os.Chdir("/")
+	}
+	// syscall's (not x/sys/unix's) set the credentials of every thread,
+	// whichever one then calls exec.
+	if *uid != 0 || *gid != 0 {
+		if err := syscall.Setgroups([]int{*gid}); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := syscall.Setgid(*gid); err != nil {
+			return fmt.Errorf("setgid %d: %w", *gid, err)
+		}
+		if err := syscall.Setuid(*uid); err != nil {
+			return fmt.Errorf("setuid %d: %w", *uid, err)
+		}
 	}
 	if len(argv) == 0 {
 		argv = []string{image}
