@@ -16,6 +16,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/approver/taint"
 	"github.com/certready/certready/reporter/verdict"
 )
 
@@ -43,7 +44,9 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
-	fs.StringVar(&o.RemoveStartupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint key once the node's condition is False, e.g. readiness.k8s.io/KubeletServingCertNotReady.")
+	var startupTaint string
+	fs.StringVar(&startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
+	fs.DurationVar(&o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
 	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition, for the taint fallback.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
@@ -54,6 +57,11 @@ func runApprover(ctx context.Context, args []string) int {
 	}
 	fail := func(err error) int { fmt.Fprintf(os.Stderr, "certready approver: %v\n", err); return 2 }
 	var err error
+	if startupTaint != "" {
+		if o.RemoveStartupTaint, err = taint.ParseTaint(startupTaint); err != nil {
+			return fail(fmt.Errorf("--remove-startup-taint: %w", err))
+		}
+	}
 	if o.Controller.Policy.AllowedCIDRs, err = prefixes("allowed-cidrs", allowed); err != nil {
 		return fail(err)
 	}

@@ -209,7 +209,7 @@ func TestAgentDaemonSet(t *testing.T) {
 
 func TestStandaloneTurnsOnTheTaintFallback(t *testing.T) {
 	dep := find[*appsv1.Deployment](decodeAll(t, build(t, "overlays/standalone")))[0]
-	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady") {
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule") {
 		t.Errorf("args %v", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	base := find[*appsv1.Deployment](decodeAll(t, build(t, "base")))[0]

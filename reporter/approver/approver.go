@@ -48,9 +48,13 @@ type Options struct {
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
 
-	// RemoveStartupTaint turns on the taint fallback for this taint key.
-	RemoveStartupTaint string
+	// RemoveStartupTaint turns on the taint fallback for this taint (off
+	// when its key is empty).
+	RemoveStartupTaint corev1.Taint
 	ConditionType      corev1.NodeConditionType
+	// MaxConditionAge: how old a False condition may be and still lift the
+	// taint (taint.DefaultMaxConditionAge when zero).
+	MaxConditionAge time.Duration
 }
 
 // ErrLostLease is returned when another replica took the Lease: the process
@@ -97,8 +101,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return err
 	}
 	var remover *taint.Remover
-	if o.RemoveStartupTaint != "" {
-		remover, err = taint.New(taint.Config{TaintKey: o.RemoveStartupTaint, ConditionType: o.ConditionType}, client, nodeInformer.Informer())
+	if o.RemoveStartupTaint.Key != "" {
+		remover, err = taint.New(taint.Config{Taint: o.RemoveStartupTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge}, client, nodeInformer.Informer())
 		if err != nil {
 			return err
 		}
@@ -115,7 +119,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		go startInventory(ctx, ctrl.EnqueueAll)
 	}
 	ready.Set(true, "")
-	logger.Info("Approver caches synced", "inventory", inv.Describe(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint)
+	logger.Info("Approver caches synced", "inventory", inv.Describe(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
 
 	lead := func(lctx context.Context) {
 		done := make(chan error, 2)

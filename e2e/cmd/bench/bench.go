@@ -121,7 +121,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		return nil, err
 	}
 	b.approver, err = c.StartInNS("bench-approver", bins.Certready, "approver", "--kubeconfig="+approverKC,
-		"--leader-elect-namespace=default", "--remove-startup-taint="+taintKey,
+		"--leader-elect-namespace=default", "--remove-startup-taint="+taintKey+"=pending:NoSchedule",
 		"--metrics-addr=127.0.0.1:9731", "--health-addr=127.0.0.1:9732")
 	if err != nil {
 		return nil, err

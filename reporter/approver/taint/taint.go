@@ -1,15 +1,18 @@
 // Package taint is the startup-taint fallback for clusters without the
 // node-readiness-controller: when a node carries the startup taint and its
-// KubeletServingCertNotReady condition is False, the taint is removed with
-// an optimistic-lock patch that also records certready.io/bootstrap-completed.
-// It never adds the taint, and never removes it while the condition is True,
-// Unknown or absent.
+// KubeletServingCertNotReady condition is False and fresh, the taint is
+// removed with an optimistic-lock patch that also records
+// certready.io/bootstrap-completed. It never adds the taint, never removes
+// it while the condition is True, Unknown, absent or stale (no heartbeat
+// within MaxConditionAge), and never removes a taint with the same key but
+// another value or effect: that one is somebody else's.
 package taint
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,23 +36,50 @@ const CompletedAnnotation = "certready.io/bootstrap-completed"
 
 // Config names the taint and the condition.
 type Config struct {
-	TaintKey      string
+	// Taint is the startup taint, matched by key, value and effect.
+	Taint         corev1.Taint
 	ConditionType corev1.NodeConditionType
+	// MaxConditionAge: a False condition whose lastHeartbeatTime is older
+	// than this (twice the agent's heartbeat) is not evidence any more: its
+	// agent may be gone.
+	MaxConditionAge time.Duration
 }
 
-// Patch returns the JSON merge patch that removes cfg.TaintKey from node,
-// or ok=false when the taint must stay (absent, or the condition is not
-// False). metadata.resourceVersion makes the patch fail on a concurrent
+// DefaultMaxConditionAge is twice the agent's default heartbeat (5 min).
+const DefaultMaxConditionAge = 10 * time.Minute
+
+// ParseTaint reads kubectl's taint syntax, key=value:effect.
+func ParseTaint(s string) (corev1.Taint, error) {
+	kv, effect, ok := strings.Cut(s, ":")
+	key, value, _ := strings.Cut(kv, "=")
+	t := corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)}
+	switch {
+	case !ok || key == "":
+		return t, fmt.Errorf("%q: want key=value:effect, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", s)
+	case t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectPreferNoSchedule && t.Effect != corev1.TaintEffectNoExecute:
+		return t, fmt.Errorf("%q: effect %q is not NoSchedule, PreferNoSchedule or NoExecute", s, effect)
+	}
+	return t, nil
+}
+
+// same reports whether t is the configured taint (TimeAdded aside).
+func same(t, want corev1.Taint) bool {
+	return t.Key == want.Key && t.Value == want.Value && t.Effect == want.Effect
+}
+
+// Patch returns the JSON merge patch that removes cfg.Taint from node, or
+// ok=false when the taint must stay (absent, or the condition is not False,
+// or stale). metadata.resourceVersion makes the patch fail on a concurrent
 // change instead of overwriting another writer's taints.
 func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool, err error) {
 	cond := condition.Find(node, cfg.ConditionType)
-	if cond == nil || cond.Status != corev1.ConditionFalse {
+	if cond == nil || cond.Status != corev1.ConditionFalse || !Fresh(cond, cfg.MaxConditionAge, now) {
 		return nil, false, nil
 	}
 	keep := []corev1.Taint{}
 	found := false
 	for _, t := range node.Spec.Taints {
-		if t.Key == cfg.TaintKey {
+		if same(t, cfg.Taint) {
 			found = true
 			continue
 		}
@@ -68,6 +98,15 @@ func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool,
 	return patch, err == nil, err
 }
 
+// Fresh reports whether cond was written (heartbeat) within maxAge of now;
+// a heartbeat from the future (a node clock ahead) counts as now.
+func Fresh(cond *corev1.NodeCondition, maxAge time.Duration, now time.Time) bool {
+	if maxAge <= 0 {
+		maxAge = DefaultMaxConditionAge
+	}
+	return !cond.LastHeartbeatTime.IsZero() && now.Sub(cond.LastHeartbeatTime.Time) <= maxAge
+}
+
 // Remover applies Patch to every node it sees, while Leading.
 type Remover struct {
 	cfg    Config
@@ -80,8 +119,8 @@ type Remover struct {
 
 // New wires the remover to a node informer.
 func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Remover, error) {
-	if cfg.TaintKey == "" || cfg.ConditionType == "" {
-		return nil, fmt.Errorf("taint fallback needs a taint key and a condition type")
+	if cfg.Taint.Key == "" || cfg.Taint.Effect == "" || cfg.ConditionType == "" {
+		return nil, fmt.Errorf("taint fallback needs a taint (key=value:effect) and a condition type")
 	}
 	r := &Remover{
 		cfg: cfg, client: client,
@@ -110,7 +149,7 @@ func (r *Remover) Run(ctx context.Context) error {
 	for _, n := range nodes {
 		r.queue.Add(n.Name)
 	}
-	klog.FromContext(ctx).Info("Startup taint fallback active", "taint", r.cfg.TaintKey, "condition", r.cfg.ConditionType)
+	klog.FromContext(ctx).Info("Startup taint fallback active", "taint", r.cfg.Taint.ToString(), "condition", r.cfg.ConditionType, "maxConditionAge", r.cfg.MaxConditionAge)
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
@@ -162,6 +201,6 @@ func (r *Remover) sync(ctx context.Context, name string) error {
 		// version and the retry re-evaluates it.
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
-	klog.FromContext(ctx).Info("Removed the startup taint", "node", name, "taint", r.cfg.TaintKey)
+	klog.FromContext(ctx).Info("Removed the startup taint", "node", name, "taint", r.cfg.Taint.ToString())
 	return nil
 }

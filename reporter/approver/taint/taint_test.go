@@ -3,6 +3,7 @@ package taint_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,11 @@ import (
 
 const key = "readiness.k8s.io/KubeletServingCertNotReady"
 
-var cfg = taint.Config{TaintKey: key, ConditionType: "KubeletServingCertNotReady"}
+var cfg = taint.Config{Taint: corev1.Taint{Key: key, Value: "pending", Effect: corev1.TaintEffectNoSchedule},
+	ConditionType: "KubeletServingCertNotReady", MaxConditionAge: 10 * time.Minute}
+
+// heartbeat is when node() stamps its condition: just before now.
+var heartbeat = time.Date(2026, 11, 30, 2, 59, 0, 0, time.UTC)
 
 func node(name string, status corev1.ConditionStatus, taints ...string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "42"}}
@@ -24,9 +29,42 @@ func node(name string, status corev1.ConditionStatus, taints ...string) *corev1.
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
 	}
 	if status != "" {
-		n.Status.Conditions = []corev1.NodeCondition{{Type: cfg.ConditionType, Status: status}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: cfg.ConditionType, Status: status, LastHeartbeatTime: metav1.NewTime(heartbeat)}}
 	}
 	return n
+}
+
+func stale(n *corev1.Node, at time.Time) *corev1.Node {
+	n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
+	return n
+}
+
+func retaint(n *corev1.Node, t corev1.Taint) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, t)
+	return n
+}
+
+func TestParseTaint(t *testing.T) {
+	for _, tc := range []struct {
+		in, err string
+	}{
+		{"readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", ""},
+		{"example.com/t:NoExecute", ""},
+		{"readiness.k8s.io/KubeletServingCertNotReady", "want key=value:effect"},
+		{"k=v:Sometimes", "is not NoSchedule"},
+		{"=v:NoSchedule", "want key=value:effect"},
+	} {
+		got, err := taint.ParseTaint(tc.in)
+		if tc.err == "" {
+			if err != nil || got.ToString() != tc.in {
+				t.Errorf("ParseTaint(%q) = %q, %v", tc.in, got.ToString(), err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.in) {
+			t.Errorf("ParseTaint(%q) error %v, want one naming the input and %q", tc.in, err, tc.err)
+		}
+	}
 }
 
 func TestPatch(t *testing.T) {
@@ -43,6 +81,12 @@ func TestPatch(t *testing.T) {
 		{name: "condition Unknown keeps the taint", node: node("a", corev1.ConditionUnknown, key)},
 		{name: "no condition keeps the taint", node: node("a", "", key)},
 		{name: "untainted: nothing to do", node: node("a", corev1.ConditionFalse, "other")},
+		{name: "stale False (no heartbeat for 11 min) keeps the taint", node: stale(node("a", corev1.ConditionFalse, key), now.Add(-11*time.Minute))},
+		{name: "False without a heartbeat keeps the taint", node: stale(node("a", corev1.ConditionFalse, key), time.Time{})},
+		{name: "heartbeat 9 min ago is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(-9*time.Minute)), want: true, remain: []string{}},
+		{name: "heartbeat from a node clock ahead is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(time.Minute)), want: true, remain: []string{}},
+		{name: "same key, other value: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "quarantine", Effect: corev1.TaintEffectNoSchedule})},
+		{name: "same key, other effect: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "pending", Effect: corev1.TaintEffectNoExecute})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +128,9 @@ func TestPatch(t *testing.T) {
 }
 
 func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
-	cs := fake.NewClientset(node("ready", corev1.ConditionFalse, key), node("pending", corev1.ConditionTrue, key))
+	fresh := func(n *corev1.Node) *corev1.Node { return stale(n, time.Now()) }
+	cs := fake.NewClientset(fresh(node("ready", corev1.ConditionFalse, key)), fresh(node("pending", corev1.ConditionTrue, key)),
+		stale(node("silent", corev1.ConditionFalse, key), time.Now().Add(-time.Hour)))
 	f := informers.NewSharedInformerFactory(cs, 0)
 	r, err := taint.New(cfg, cs, f.Core().V1().Nodes().Informer())
 	if err != nil {
@@ -125,6 +171,23 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 	for len(get("pending").Spec.Taints) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("taint never removed after the condition turned False")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The silent node's agent stopped writing an hour ago: its False is not
+	// evidence, and the taint stayed through the start-up pass and every
+	// event above. A fresh heartbeat (its agent is back) lifts it.
+	sn := get("silent")
+	if len(sn.Spec.Taints) != 1 {
+		t.Fatal("taint removed on a stale False condition")
+	}
+	sn.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, sn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(get("silent").Spec.Taints) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("taint never removed after a fresh heartbeat")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
