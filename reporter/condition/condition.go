@@ -91,10 +91,13 @@ func NewWriter(cfg Config, client Client, recorder record.EventRecorder) *Writer
 // Write publishes d at now. current is the condition as the node shows it
 // (from the informer; nil if absent). The newer of current and this
 // process's last write is the baseline, so a restart keeps the node's
-// lastTransitionTime and a lagging informer does not cause a rewrite.
+// lastTransitionTime and a lagging informer does not cause a rewrite. The
+// first write of a process always goes out: its heartbeat says that a
+// running agent checked, which is what the taint fallback's freshness rule
+// (and any reader of lastHeartbeatTime) relies on after an agent outage.
 func (w *Writer) Write(ctx context.Context, now time.Time, d Desired, current *corev1.NodeCondition) (Outcome, error) {
 	base := newer(current, w.last)
-	if base != nil && same(base, d) && now.Sub(base.LastHeartbeatTime.Time) < w.cfg.Heartbeat {
+	if w.last != nil && same(base, d) && now.Sub(base.LastHeartbeatTime.Time) < w.cfg.Heartbeat {
 		return Skipped, nil
 	}
 	cond := corev1.NodeCondition{

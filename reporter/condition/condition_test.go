@@ -129,12 +129,13 @@ func TestWriteRules(t *testing.T) {
 			},
 		},
 		{
-			name: "a restart keeps the node's transition time and fresh heartbeat",
+			name: "a restart keeps the node's transition time and vouches with a heartbeat at once",
 			existing: []corev1.NodeCondition{{Type: condType, Status: corev1.ConditionFalse, Reason: ready.Reason, Message: ready.Message,
 				LastHeartbeatTime: metav1.NewTime(t0.Add(-time.Minute)), LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}},
 			steps: []step{
-				{at: 0, d: ready, want: condition.Skipped, transition: -time.Hour},
-				{at: 4 * time.Minute, d: ready, want: condition.Written, transition: -time.Hour},
+				{at: 0, d: ready, want: condition.Written, transition: -time.Hour},
+				{at: 4 * time.Minute, d: ready, want: condition.Skipped, transition: -time.Hour},
+				{at: 5 * time.Minute, d: ready, want: condition.Written, transition: -time.Hour},
 			},
 		},
 	}
