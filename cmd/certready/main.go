@@ -4,6 +4,7 @@
 //	certready agent     per-node DaemonSet: publishes KubeletServingCertNotReady
 //	certready approver  leader-elected approver of kubelet-serving CSRs
 //	certready check     the agent's checks once, as a node-problem-detector plugin
+//	certready preflight which nodes a NodeReadinessRule would keep tainted (read-only)
 //	certready version   build information
 package main
 
@@ -36,6 +37,7 @@ func commands() []command {
 		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
 		{"approver", "Run the kubelet-serving CSR approver (Deployment, leader-elected): approve only CSRs that prove their node's identity.", runApprover},
 		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
+		{"preflight", "Before installing the NodeReadinessRule: list the nodes it would taint and keep tainted, and why (read-only).", runPreflight},
 		{"version", "Print version information.", func(context.Context, []string) int {
 			fmt.Printf("certready %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
