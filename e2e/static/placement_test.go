@@ -1,0 +1,78 @@
+package static
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestApproverPlacement pins where the approver may run: Linux, critical,
+// spread, preferring the control plane, tolerating exactly the control-plane
+// and readiness taints; with the pool component, only on control-plane
+// nodes or nodes carrying a label kubelets cannot set on themselves.
+func TestApproverPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name, kustomization string
+		pool                bool
+	}{
+		{"base", "resources:\n- ../../base\n", false},
+		{"with the approver-pool component", "resources:\n- ../../overlays/standalone\ncomponents:\n- ../../components/approver-pool\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := buildOverlay(t, tc.kustomization)
+			dep := find[*appsv1.Deployment](objs)[0]
+			spec := dep.Spec.Template.Spec
+			if spec.PriorityClassName != "system-cluster-critical" || spec.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("priorityClass %q nodeSelector %v", spec.PriorityClassName, spec.NodeSelector)
+			}
+			var keys []string
+			for _, tol := range spec.Tolerations {
+				if tol.Effect != corev1.TaintEffectNoSchedule || tol.Operator != corev1.TolerationOpExists {
+					t.Errorf("toleration %+v: want Exists/NoSchedule only", tol)
+				}
+				keys = append(keys, tol.Key)
+			}
+			if !slices.Equal(keys, []string{"node-role.kubernetes.io/control-plane", "readiness.k8s.io/KubeletServingCertNotReady"}) {
+				t.Errorf("tolerations %v: want the control-plane and readiness taints, nothing broader", keys)
+			}
+			na := spec.Affinity.NodeAffinity
+			if len(na.PreferredDuringSchedulingIgnoredDuringExecution) == 0 || na.PreferredDuringSchedulingIgnoredDuringExecution[0].Preference.MatchExpressions[0].Key != "node-role.kubernetes.io/control-plane" {
+				t.Errorf("no preference for the control plane: %+v", na.PreferredDuringSchedulingIgnoredDuringExecution)
+			}
+			req := na.RequiredDuringSchedulingIgnoredDuringExecution
+			if !tc.pool && req != nil {
+				t.Errorf("base requires %+v: a cluster without those nodes could never run the approver", req)
+			}
+			if tc.pool {
+				if req == nil || len(req.NodeSelectorTerms) != 2 {
+					t.Fatalf("pool component: required affinity %+v", req)
+				}
+				for _, term := range req.NodeSelectorTerms {
+					k := term.MatchExpressions[0].Key
+					if k != "node-role.kubernetes.io/control-plane" && k != "node-restriction.kubernetes.io/certready-approver-pool" {
+						t.Errorf("pool term on %q: a label a kubelet may set on itself lets a node volunteer", k)
+					}
+				}
+			}
+			if len(spec.TopologySpreadConstraints) != 1 || spec.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" {
+				t.Errorf("spread %+v", spec.TopologySpreadConstraints)
+			}
+			agent := find[*appsv1.DaemonSet](objs)[0]
+			if agent.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("agent nodeSelector %v", agent.Spec.Template.Spec.NodeSelector)
+			}
+			quota := false
+			for _, q := range find[*corev1.ResourceQuota](objs) {
+				if q.Spec.ScopeSelector != nil && slices.Contains(q.Spec.ScopeSelector.MatchExpressions[0].Values, "system-cluster-critical") &&
+					slices.Contains(q.Spec.ScopeSelector.MatchExpressions[0].Values, "system-node-critical") {
+					quota = true
+				}
+			}
+			if !quota {
+				t.Error("no ResourceQuota admitting the critical priority classes in the namespace")
+			}
+		})
+	}
+}
