@@ -46,6 +46,8 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
 	var startupTaint string
 	fs.StringVar(&startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
+	var softTaint string
+	fs.StringVar(&softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
 	fs.DurationVar(&o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
 	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition, for the taint fallback.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
@@ -60,6 +62,14 @@ func runApprover(ctx context.Context, args []string) int {
 	if startupTaint != "" {
 		if o.RemoveStartupTaint, err = taint.ParseTaint(startupTaint); err != nil {
 			return fail(fmt.Errorf("--remove-startup-taint: %w", err))
+		}
+	}
+	if softTaint != "" {
+		if o.RemoveStartupTaint.Key == "" {
+			return fail(fmt.Errorf("--soft-taint needs the taint fallback (--remove-startup-taint)"))
+		}
+		if o.SoftTaint, err = taint.ParseTaint(softTaint); err != nil {
+			return fail(fmt.Errorf("--soft-taint: %w", err))
 		}
 	}
 	if o.Controller.Policy.AllowedCIDRs, err = prefixes("allowed-cidrs", allowed); err != nil {

@@ -237,23 +237,25 @@ func loadCRD(t *testing.T) *apiextv1.CustomResourceDefinition {
 
 func TestNodeReadinessRuleMatchesTheCRD(t *testing.T) {
 	crd := loadCRD(t)
-	var rule map[string]any
+	var rules []map[string]any
 	for _, r := range build(t, "overlays/nrc").Resources() {
 		if r.GetKind() == "NodeReadinessRule" {
 			m, err := r.Map()
 			if err != nil {
 				t.Fatal(err)
 			}
-			rule = m
+			rules = append(rules, m)
 		}
 	}
-	if rule == nil {
-		t.Fatal("the nrc overlay ships no NodeReadinessRule")
+	if len(rules) != 2 {
+		t.Fatalf("the nrc overlay ships %d NodeReadinessRules, want the startup rule and the placement rule", len(rules))
 	}
-	errs := validateAgainst(t, crd, rule)
-	for _, e := range errs {
-		t.Error(e)
+	for _, rule := range rules {
+		for _, e := range validateAgainst(t, crd, rule) {
+			t.Errorf("%v: %s", rule["metadata"].(map[string]any)["name"], e)
+		}
 	}
+	rule := rules[0]
 	// The validator must be able to say no.
 	bad := map[string]any{"apiVersion": rule["apiVersion"], "kind": rule["kind"], "metadata": rule["metadata"],
 		"spec": map[string]any{"enforcementMode": "sometimes"}}

@@ -51,7 +51,10 @@ type Options struct {
 	// RemoveStartupTaint turns on the taint fallback for this taint (off
 	// when its key is empty).
 	RemoveStartupTaint corev1.Taint
-	ConditionType      corev1.NodeConditionType
+	// SoftTaint (PreferNoSchedule) is kept by the fallback on nodes whose
+	// condition is not False and fresh (off when its key is empty).
+	SoftTaint     corev1.Taint
+	ConditionType corev1.NodeConditionType
 	// MaxConditionAge: how old a False condition may be and still lift the
 	// taint (taint.DefaultMaxConditionAge when zero).
 	MaxConditionAge time.Duration
@@ -102,7 +105,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	}
 	var remover *taint.Remover
 	if o.RemoveStartupTaint.Key != "" {
-		remover, err = taint.New(taint.Config{Taint: o.RemoveStartupTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge}, client, nodeInformer.Informer())
+		remover, err = taint.New(taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge}, client, nodeInformer.Informer())
 		if err != nil {
 			return err
 		}

@@ -64,7 +64,8 @@ func ShippedRule() Rule {
 }
 
 // ReadRule finds the one NodeReadinessRule in a YAML stream (a rule file,
-// or the output of kustomize build) whose conditions include conditionType.
+// or the output of kustomize build) whose conditions include conditionType
+// and whose taint keeps pods off (NoSchedule or NoExecute).
 func ReadRule(r io.Reader, where string, conditionType corev1.NodeConditionType) (Rule, error) {
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var found []Rule
@@ -83,7 +84,9 @@ func ReadRule(r io.Reader, where string, conditionType corev1.NodeConditionType)
 		if err := yaml.Unmarshal(doc, &d); err != nil {
 			return Rule{}, fmt.Errorf("%s: %w", where, err)
 		}
-		if d.Kind != "NodeReadinessRule" {
+		// A PreferNoSchedule rule never keeps a pod off a node: not what a
+		// preflight guards against.
+		if d.Kind != "NodeReadinessRule" || d.Spec.Taint.Effect == corev1.TaintEffectPreferNoSchedule {
 			continue
 		}
 		for _, c := range d.Spec.Conditions {

@@ -81,6 +81,23 @@ func TestShippedRuleIsTheOverlays(t *testing.T) {
 	}
 }
 
+// TestReadRuleSkipsSoftRules: the nrc overlay's build holds the startup
+// rule and the PreferNoSchedule placement rule; the preflight reads the first.
+func TestReadRuleSkipsSoftRules(t *testing.T) {
+	var all strings.Builder
+	for _, f := range []string{"../../manifests/overlays/nrc/placementrule.yaml", "../../manifests/overlays/nrc/nodereadinessrule.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString("---\n" + string(b))
+	}
+	got, err := fleet.ReadRule(strings.NewReader(all.String()), "nrc", "KubeletServingCertNotReady")
+	if err != nil || got.Name != fleet.ShippedRule().Name {
+		t.Errorf("ReadRule = %q, %v; want the startup rule %q", got.Name, err, fleet.ShippedRule().Name)
+	}
+}
+
 func TestReadRuleErrorsNameTheInput(t *testing.T) {
 	rule := "apiVersion: readiness.node.x-k8s.io/v1alpha1\nkind: NodeReadinessRule\nmetadata: {name: %s}\nspec:\n  conditions: [{type: KubeletServingCertNotReady, requiredStatus: \"False\"}]\n  taint: {key: k, value: v, effect: NoSchedule}\n"
 	for _, tc := range []struct {

@@ -5,7 +5,10 @@
 // certready.io/bootstrap-completed. It never adds the taint, never removes
 // it while the condition is True, Unknown, absent or stale (no heartbeat
 // within MaxConditionAge), and never removes a taint with the same key but
-// another value or effect: that one is somebody else's.
+// another value or effect: that one is somebody else's. Optionally it also
+// keeps a PreferNoSchedule "soft" taint on every node whose condition is not
+// False and fresh, so that the scheduler steers the approver (and anything
+// else that does not tolerate it) to proven nodes while any exist.
 package taint
 
 import (
@@ -37,7 +40,12 @@ const CompletedAnnotation = "certready.io/bootstrap-completed"
 // Config names the taint and the condition.
 type Config struct {
 	// Taint is the startup taint, matched by key, value and effect.
-	Taint         corev1.Taint
+	Taint corev1.Taint
+	// SoftTaint (optional, PreferNoSchedule) is kept on every node whose
+	// condition is not False and fresh: pods that do not tolerate it, the
+	// approver first, then prefer nodes that proved their serving
+	// certificate, without ever being kept from scheduling.
+	SoftTaint     corev1.Taint
 	ConditionType corev1.NodeConditionType
 	// MaxConditionAge: a False condition whose lastHeartbeatTime is older
 	// than this (twice the agent's heartbeat) is not evidence any more: its
@@ -67,35 +75,57 @@ func same(t, want corev1.Taint) bool {
 	return t.Key == want.Key && t.Value == want.Value && t.Effect == want.Effect
 }
 
-// Patch returns the JSON merge patch that removes cfg.Taint from node, or
-// ok=false when the taint must stay (absent, or the condition is not False,
-// or stale). metadata.resourceVersion makes the patch fail on a concurrent
-// change instead of overwriting another writer's taints.
+// Patch returns the JSON merge patch that brings node's taints in line with
+// its condition, or ok=false when nothing changes. A False and fresh
+// condition removes cfg.Taint (recording CompletedAnnotation) and
+// cfg.SoftTaint; any other state keeps cfg.Taint where it is (it is never
+// added) and adds cfg.SoftTaint when set, so that the scheduler prefers
+// proven nodes for pods that do not tolerate it. metadata.resourceVersion
+// makes the patch fail on a concurrent change instead of overwriting another
+// writer's taints.
 func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool, err error) {
 	cond := condition.Find(node, cfg.ConditionType)
-	if cond == nil || cond.Status != corev1.ConditionFalse || !Fresh(cond, cfg.MaxConditionAge, now) {
-		return nil, false, nil
-	}
+	ready := cond != nil && cond.Status == corev1.ConditionFalse && Fresh(cond, cfg.MaxConditionAge, now)
+	soft := cfg.SoftTaint.Key != ""
 	keep := []corev1.Taint{}
-	found := false
+	lifted, hasSoft, changed := false, false, false
 	for _, t := range node.Spec.Taints {
-		if same(t, cfg.Taint) {
-			found = true
+		switch {
+		case ready && same(t, cfg.Taint):
+			lifted, changed = true, true
 			continue
+		case soft && same(t, cfg.SoftTaint):
+			hasSoft = true
+			if ready {
+				changed = true
+				continue
+			}
 		}
 		keep = append(keep, t)
 	}
-	if !found {
+	if soft && !ready && !hasSoft {
+		added := metav1.NewTime(now)
+		t := cfg.SoftTaint
+		t.TimeAdded = &added
+		keep = append(keep, t)
+		changed = true
+	}
+	if !changed {
 		return nil, false, nil
 	}
-	patch, err = json.Marshal(map[string]any{
-		"metadata": map[string]any{
-			"resourceVersion": node.ResourceVersion,
-			"annotations":     map[string]string{CompletedAnnotation: now.UTC().Format(time.RFC3339)},
-		},
-		"spec": map[string]any{"taints": keep},
-	})
+	meta := map[string]any{"resourceVersion": node.ResourceVersion}
+	if lifted {
+		meta["annotations"] = map[string]string{CompletedAnnotation: now.UTC().Format(time.RFC3339)}
+	}
+	patch, err = json.Marshal(map[string]any{"metadata": meta, "spec": map[string]any{"taints": keep}})
 	return patch, err == nil, err
+}
+
+func (r *Remover) maxAge() time.Duration {
+	if r.cfg.MaxConditionAge <= 0 {
+		return DefaultMaxConditionAge
+	}
+	return r.cfg.MaxConditionAge
 }
 
 // Fresh reports whether cond was written (heartbeat) within maxAge of now;
@@ -121,6 +151,9 @@ type Remover struct {
 func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Remover, error) {
 	if cfg.Taint.Key == "" || cfg.Taint.Effect == "" || cfg.ConditionType == "" {
 		return nil, fmt.Errorf("taint fallback needs a taint (key=value:effect) and a condition type")
+	}
+	if cfg.SoftTaint.Key != "" && (cfg.SoftTaint.Effect != corev1.TaintEffectPreferNoSchedule || cfg.SoftTaint.Key == cfg.Taint.Key) {
+		return nil, fmt.Errorf("soft taint %s: want effect PreferNoSchedule and a key other than the startup taint's", cfg.SoftTaint.ToString())
 	}
 	r := &Remover{
 		cfg: cfg, client: client,
@@ -191,7 +224,12 @@ func (r *Remover) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	patch, ok, err := Patch(node, r.cfg, time.Now())
+	now := time.Now()
+	// A fresh False turns stale with no event: look again then.
+	if c := condition.Find(node, r.cfg.ConditionType); r.cfg.SoftTaint.Key != "" && c != nil && c.Status == corev1.ConditionFalse && Fresh(c, r.cfg.MaxConditionAge, now) {
+		r.queue.AddAfter(name, c.LastHeartbeatTime.Add(r.maxAge()).Sub(now)+time.Second)
+	}
+	patch, ok, err := Patch(node, r.cfg, now)
 	if err != nil || !ok {
 		return err
 	}
@@ -201,6 +239,6 @@ func (r *Remover) sync(ctx context.Context, name string) error {
 		// version and the retry re-evaluates it.
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
-	klog.FromContext(ctx).Info("Removed the startup taint", "node", name, "taint", r.cfg.Taint.ToString())
+	klog.FromContext(ctx).Info("Updated the node's taints", "node", name, "startupTaint", r.cfg.Taint.ToString(), "softTaint", r.cfg.SoftTaint.ToString())
 	return nil
 }

@@ -44,6 +44,26 @@ func retaint(n *corev1.Node, t corev1.Taint) *corev1.Node {
 	return n
 }
 
+// patch is what Patch's JSON merge patch says.
+type patch struct {
+	Metadata struct {
+		ResourceVersion string            `json:"resourceVersion"`
+		Annotations     map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Taints []corev1.Taint `json:"taints"`
+	} `json:"spec"`
+}
+
+func decode(t *testing.T, p []byte) patch {
+	t.Helper()
+	var got patch
+	if err := json.Unmarshal(p, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func TestParseTaint(t *testing.T) {
 	for _, tc := range []struct {
 		in, err string
@@ -97,18 +117,7 @@ func TestPatch(t *testing.T) {
 			if !ok {
 				return
 			}
-			var got struct {
-				Metadata struct {
-					ResourceVersion string            `json:"resourceVersion"`
-					Annotations     map[string]string `json:"annotations"`
-				} `json:"metadata"`
-				Spec struct {
-					Taints []corev1.Taint `json:"taints"`
-				} `json:"spec"`
-			}
-			if err := json.Unmarshal(p, &got); err != nil {
-				t.Fatal(err)
-			}
+			got := decode(t, p)
 			if got.Metadata.ResourceVersion != "42" {
 				t.Errorf("no optimistic lock: %s", p)
 			}
@@ -194,5 +203,110 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+var soft = corev1.Taint{Key: "readiness.k8s.io/KubeletServingCertUnproven", Value: "pending", Effect: corev1.TaintEffectPreferNoSchedule}
+
+func TestPatchSoftTaint(t *testing.T) {
+	now := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	withSoft := cfg
+	withSoft.SoftTaint = soft
+	softKey := soft.Key
+	cases := []struct {
+		name   string
+		node   *corev1.Node
+		want   bool
+		remain []string
+	}{
+		{name: "new node (no condition): soft taint added beside the startup taint", node: node("a", "", key), want: true, remain: []string{key, softKey}},
+		{name: "condition True: soft taint added", node: node("a", corev1.ConditionTrue), want: true, remain: []string{softKey}},
+		{name: "condition True, soft taint there: nothing to do", node: retaint(node("a", corev1.ConditionTrue), soft)},
+		{name: "fresh False: both taints go in one patch", node: retaint(node("a", corev1.ConditionFalse, key), soft), want: true, remain: []string{}},
+		{name: "fresh False, untainted: nothing to do", node: node("a", corev1.ConditionFalse)},
+		{name: "stale False: soft taint back, startup taint not added", node: stale(node("a", corev1.ConditionFalse), now.Add(-time.Hour)), want: true, remain: []string{softKey}},
+		{name: "someone else's PreferNoSchedule of another value is kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: softKey, Value: "other", Effect: corev1.TaintEffectPreferNoSchedule}),
+			want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok, err := taint.Patch(tc.node, withSoft, now)
+			if err != nil || ok != tc.want {
+				t.Fatalf("ok=%v err=%v, want %v", ok, err, tc.want)
+			}
+			if !ok {
+				return
+			}
+			got := decode(t, p)
+			if got.Metadata.ResourceVersion != "42" {
+				t.Errorf("no optimistic lock: %s", p)
+			}
+			var keys []string
+			for _, tt := range got.Spec.Taints {
+				keys = append(keys, tt.Key)
+				if tt.Key == softKey && tt.Effect != corev1.TaintEffectPreferNoSchedule {
+					t.Errorf("soft taint with effect %s", tt.Effect)
+				}
+			}
+			if strings.Join(keys, ",") != strings.Join(tc.remain, ",") {
+				t.Errorf("taints %v, want %v", keys, tc.remain)
+			}
+			lifted := len(tc.node.Spec.Taints) > 0 && tc.node.Spec.Taints[0].Key == key && !strings.Contains(strings.Join(keys, ","), key)
+			if lifted != (got.Metadata.Annotations[taint.CompletedAnnotation] != "") {
+				t.Errorf("completion annotation %v with the startup taint lifted=%v", got.Metadata.Annotations, lifted)
+			}
+		})
+	}
+}
+
+// TestSoftTaintReturnsWhenTheConditionGoesStale: staleness comes with no
+// event; the remover looks again when a fresh False is due to go stale.
+func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
+	c := cfg
+	c.SoftTaint = soft
+	c.MaxConditionAge = 2 * time.Second
+	cs := fake.NewClientset(stale(node("w", corev1.ConditionFalse, key), time.Now()))
+	f := informers.NewSharedInformerFactory(cs, 0)
+	r, err := taint.New(c, cs, f.Core().V1().Nodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	go func() { _ = r.Run(ctx) }()
+	taints := func() []string {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "w", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, tt := range n.Spec.Taints {
+			keys = append(keys, tt.Key)
+		}
+		return keys
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	// Fresh False: the startup taint goes, no soft taint.
+	for len(taints()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("taints %v, want none while the condition is fresh", taints())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// No write to the node from here on: only the passing of time.
+	for strings.Join(taints(), ",") != soft.Key {
+		if time.Now().After(deadline) {
+			t.Fatalf("taints %v, want the soft taint once the condition went stale", taints())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSoftTaintMustBePreferNoSchedule(t *testing.T) {
+	c := cfg
+	c.SoftTaint = corev1.Taint{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule}
+	if _, err := taint.New(c, fake.NewClientset(), informers.NewSharedInformerFactory(fake.NewClientset(), 0).Core().V1().Nodes().Informer()); err == nil || !strings.Contains(err.Error(), "PreferNoSchedule") {
+		t.Errorf("a NoSchedule soft taint was accepted: %v", err)
 	}
 }
