@@ -244,13 +244,21 @@ func Install(dir string, p *Pair, at time.Time) (string, error) {
 	return abs, nil
 }
 
-// ServeTLS serves p on a loopback port, as a kubelet serving p would, until
-// the test ends. It returns host:port.
-func ServeTLS(t interface {
+// TB is what the serving helpers need of a test.
+type TB interface {
 	Fatal(...any)
 	Cleanup(func())
-}, p *Pair) string {
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+}
+
+// ServeTLS serves p on a loopback port, as a kubelet serving p would, until
+// the test ends. It returns host:port.
+func ServeTLS(t TB, p *Pair) string {
+	return ServeTLSOn(t, "127.0.0.1:0", p)
+}
+
+// ServeTLSOn is ServeTLS on addr (an IPv6 loopback, for one).
+func ServeTLSOn(t TB, addr string, p *Pair) string {
+	ln, err := tls.Listen("tcp", addr, &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}},
 	})

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"strconv"
 	"testing"
@@ -17,27 +16,6 @@ import (
 	"github.com/certready/certready/reporter/probe"
 	"github.com/certready/certready/reporter/verdict"
 )
-
-// serveOn serves p with TLS on addr (a real listener, IPv4 or IPv6).
-func serveOn(t *testing.T, addr string, p *testpki.Pair) int {
-	t.Helper()
-	ln, err := tls.Listen("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}}})
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _ = c.(*tls.Conn).Handshake() }()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestIPv6AndDualStackNodes runs the observation path (installed file,
 // probe target, real TLS handshake) and the verdict for nodes whose
@@ -66,7 +44,11 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			port := serveOn(t, tc.listen, pair)
+			_, portText, err := net.SplitHostPort(testpki.ServeTLSOn(t, tc.listen, pair))
+			if err != nil {
+				t.Fatal(err)
+			}
+			port, _ := strconv.Atoi(portText)
 			dir := t.TempDir()
 			if _, err := testpki.Install(dir, pair, time.Now()); err != nil {
 				t.Fatal(err)
