@@ -8,6 +8,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -59,11 +60,16 @@ type Controller struct {
 
 	mu       sync.Mutex
 	recorded map[string]policy.Rule // last refusal event per CSR, to not repeat it
-	// decided holds the CSRs this process approved or denied: until the
-	// informer catches up, its stale copy still looks pending and must not
-	// be decided twice.
+	// decided holds the UIDs of the CSRs this process approved or denied:
+	// until the informer catches up, its stale copy still looks pending and
+	// must not be decided twice. By UID, not name: a CSR deleted and created
+	// anew under the same name is another request.
 	decided sync.Map
 }
+
+// errReplaced: the CSR was deleted and created anew under its name between
+// evaluation and write. The new one is evaluated on its own.
+var errReplaced = errors.New("deleted and created anew under the same name since it was evaluated")
 
 // New wires the controller to a CSR informer that must already be limited
 // to the kubelet-serving signer.
@@ -96,11 +102,14 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 				c.mu.Lock()
-				delete(c.recorded, key)
+				delete(c.recorded, csr.Name)
 				c.mu.Unlock()
-				c.decided.Delete(key)
+				c.decided.Delete(csr.UID)
 			}
 		},
 	})
@@ -211,13 +220,16 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, nil // never touch another signer's CSR, whatever its content
 	}
 	if csr, err = c.label(ctx, csr); err != nil {
+		if errors.Is(err, errReplaced) {
+			return -1, nil // the new object's own event follows
+		}
 		return 0, err
 	}
 	if !isPending(csr) {
-		c.decided.Delete(name)
+		c.decided.Delete(csr.UID)
 		return 0, nil
 	}
-	if _, done := c.decided.Load(name); done {
+	if _, done := c.decided.Load(csr.UID); done {
 		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
 	}
 	if n, max := c.backlogCount(), c.maxPending(); n >= max {
@@ -230,8 +242,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	d := policy.Evaluate(csr, c.cfg.Inventory, c.cfg.Policy)
 	switch {
 	case d.Approve:
-		if err := c.decide(ctx, csr, certv1.CertificateApproved, d); err != nil {
-			return 0, err
+		by, err := c.decide(ctx, csr, certv1.CertificateApproved, d)
+		if err != nil || by != "" {
+			return c.notOurs(ctx, csr, by, err)
 		}
 		c.metrics.decisions.WithLabelValues("approved", string(d.Rule)).Inc()
 		c.metrics.latency.Observe(time.Since(csr.CreationTimestamp.Time).Seconds())
@@ -242,8 +255,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		c.warnOnce(csr, d.Rule, d.Message+" (will retry)")
 		return -1, nil
 	case c.cfg.DenyOnMismatch:
-		if err := c.decide(ctx, csr, certv1.CertificateDenied, d); err != nil {
-			return 0, err
+		by, err := c.decide(ctx, csr, certv1.CertificateDenied, d)
+		if err != nil || by != "" {
+			return c.notOurs(ctx, csr, by, err)
 		}
 		c.metrics.decisions.WithLabelValues("denied", string(d.Rule)).Inc()
 		logger.Info("Denied", "node", d.Node, "message", d.Message)
@@ -283,12 +297,34 @@ func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRe
 	return out, nil
 }
 
-// decide writes Approved or Denied through the approval subresource,
-// leaving alone a CSR that someone else decided meanwhile.
-func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) error {
+// notOurs handles a decision this process did not write: the CSR was
+// replaced under its name (err is errReplaced: look again, the new one is
+// evaluated on its own), another actor decided it first (by names what it
+// shows: recorded as that, never as our approval), or the write failed.
+func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigningRequest, by string, err error) (time.Duration, error) {
+	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "uid", csr.UID)
+	switch {
+	case errors.Is(err, errReplaced):
+		c.metrics.decisions.WithLabelValues("replaced", "CSRReplaced").Inc()
+		logger.Info("Not written: the CSR was replaced since it was evaluated; evaluating the new one")
+		return -1, nil
+	case err != nil:
+		return 0, err
+	}
+	c.metrics.decisions.WithLabelValues("decided-elsewhere", by).Inc()
+	logger.V(1).Info("Already decided by another actor; nothing written", "state", by)
+	return 0, nil
+}
+
+// decide writes Approved or Denied through the approval subresource, only
+// on the evaluated object (same UID). When another actor decided the CSR
+// first, it writes nothing and returns what the CSR shows (Approved,
+// Denied, Failed or Issued) as by; by is empty when this call decided.
+func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) (by string, err error) {
 	api := c.client.CertificatesV1().CertificateSigningRequests()
-	_, err := c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
+	_, err = c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
 		if !isPending(cur) {
+			by = state(cur)
 			return false
 		}
 		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
@@ -303,9 +339,12 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		return api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
 	})
 	if err != nil {
-		return fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)
+		return "", fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)
 	}
-	c.decided.Store(csr.Name, struct{}{})
+	if by != "" {
+		return by, nil
+	}
+	c.decided.Store(csr.UID, struct{}{})
 	if c.recorder != nil {
 		kind := corev1.EventTypeNormal
 		if typ == certv1.CertificateDenied {
@@ -313,14 +352,28 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		}
 		c.recorder.Event(csr, kind, string(d.Rule), d.Message)
 	}
-	return nil
+	return "", nil
+}
+
+// state names what a decided CSR shows.
+func state(csr *certv1.CertificateSigningRequest) string {
+	for _, cond := range csr.Status.Conditions {
+		switch cond.Type {
+		case certv1.CertificateApproved, certv1.CertificateDenied, certv1.CertificateFailed:
+			return string(cond.Type)
+		}
+	}
+	return "Issued"
 }
 
 // update applies mutate to a copy of csr and writes it. The first attempt
 // uses the object at hand (the informer's, or the one a previous write
 // returned), so a storm of CSRs costs one request per write, not two; a
-// conflict re-reads the CSR and tries again. mutate returning false means
-// there is nothing (left) to write.
+// conflict re-reads the CSR and tries again, but only on the same object:
+// a CSR that now has another UID was replaced under its name, and nothing
+// is written to it (errReplaced). Every write carries the resourceVersion
+// it was computed from. mutate returning false means there is nothing
+// (left) to write.
 func (c *Controller) update(ctx context.Context, csr *certv1.CertificateSigningRequest,
 	mutate func(*certv1.CertificateSigningRequest) bool,
 	write func(*certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error),
@@ -332,6 +385,9 @@ func (c *Controller) update(ctx context.Context, csr *certv1.CertificateSigningR
 			fresh, err := c.client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
+			}
+			if fresh.UID != csr.UID {
+				return fmt.Errorf("CSR %s (uid %s, now %s): %w", csr.Name, csr.UID, fresh.UID, errReplaced)
 			}
 			cur = fresh
 		}

@@ -282,3 +282,131 @@ func TestOnlyTheLeaderWrites(t *testing.T) {
 		t.Errorf("a standby wrote: %v", w)
 	}
 }
+
+// TestRecreatedCSRIsNeverApprovedUnevaluated reproduces the race: the CSR
+// is evaluated, then deleted and created anew under the same name (another
+// request, for an address its node does not have) before the approval
+// lands. The approval must not go to the new object; the new one is
+// evaluated on its own and refused.
+func TestRecreatedCSRIsNeverApprovedUnevaluated(t *testing.T) {
+	good := csr(t, "csr-race", "w1", "192.0.2.11", signer)
+	good.UID = "uid-evaluated"
+	cs := fake.NewClientset(good)
+	gvr := certv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	var once sync.Once
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "approval" {
+			return false, nil, nil
+		}
+		replaced := false
+		once.Do(func() {
+			evil := csr(t, "csr-race", "w1", "192.0.2.99", signer)
+			evil.UID = "uid-replacement"
+			if err := cs.Tracker().Delete(gvr, "", "csr-race"); err != nil {
+				t.Error(err)
+			}
+			if err := cs.Tracker().Create(gvr, evil, ""); err != nil {
+				t.Error(err)
+			}
+			replaced = true
+		})
+		if replaced {
+			return true, nil, apierrors.NewConflict(certv1.Resource("certificatesigningrequests"), "csr-race", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	e := startWith(t, cs, controller.Config{})
+	// The replacement is evaluated on its own: refused for its address.
+	e.waitEvent("Warning " + string(policy.RuleIPSANNotInInventory))
+	got := e.get("csr-race")
+	if got.UID != "uid-replacement" {
+		t.Fatalf("CSR uid %s, want the replacement", got.UID)
+	}
+	if approved(got) {
+		t.Fatalf("the replacement CSR (192.0.2.99, never evaluated as approvable) was approved: %+v", got.Status)
+	}
+	// The fake's plain updates overwrite status, so look at the writes too.
+	for _, a := range writesTo(cs, "csr-race") {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "approval" && u.GetObject().(metav1.Object).GetUID() == "uid-replacement" {
+			t.Fatalf("an approval was written to the replacement CSR, which was never evaluated as approvable")
+		}
+	}
+	if v := decisions(t, e.reg, "replaced"); v != 1 {
+		t.Errorf("decisions{decision=replaced} = %v, want 1", v)
+	}
+}
+
+// TestDecidedElsewhereIsNotRecordedAsOurApproval: another actor approves
+// the CSR between the informer's copy and this write. Nothing is written,
+// and no Approved event, metric or latency is recorded.
+func TestDecidedElsewhereIsNotRecordedAsOurApproval(t *testing.T) {
+	c := csr(t, "csr-other", "w1", "192.0.2.11", signer)
+	c.UID = "uid-1"
+	c.Labels = map[string]string{csrmatch.NodeLabel: "w1"}
+	cs := fake.NewClientset(c)
+	gvr := certv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	var once sync.Once
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "approval" {
+			return false, nil, nil
+		}
+		first := false
+		once.Do(func() {
+			other := c.DeepCopy()
+			other.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "KubectlApprove"}}
+			if err := cs.Tracker().Update(gvr, other, ""); err != nil {
+				t.Error(err)
+			}
+			first = true
+		})
+		if first {
+			return true, nil, apierrors.NewConflict(certv1.Resource("certificatesigningrequests"), "csr-other", errors.New("the object has been modified"))
+		}
+		t.Error("a second approval write after another actor approved")
+		return false, nil, nil
+	})
+	e := startWith(t, cs, controller.Config{})
+	deadline := time.Now().Add(10 * time.Second)
+	for decisions(t, e.reg, "decided-elsewhere") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other actor's decision was never recorded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := condition(e.get("csr-other"), certv1.CertificateApproved); got == nil || got.Reason != "KubectlApprove" {
+		t.Errorf("approval condition %+v, want the other actor's only", got)
+	}
+	if v := decisions(t, e.reg, "approved"); v != 0 {
+		t.Errorf("decisions{decision=approved} = %v for a CSR another actor approved", v)
+	}
+	select {
+	case ev := <-e.rec.Events:
+		if strings.HasPrefix(ev, "Normal "+string(policy.RuleApproved)) {
+			t.Errorf("event %q for an approval this process did not write", ev)
+		}
+	default:
+	}
+}
+
+// decisions sums certready_approver_decisions_total for one decision.
+func decisions(t *testing.T, reg *prometheus.Registry, decision string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "certready_approver_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "decision" && l.GetValue() == decision {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
