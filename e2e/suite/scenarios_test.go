@@ -5,7 +5,12 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
@@ -451,6 +458,337 @@ func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
 	if c := certCondition(node(t, ctx, w2)); c.Reason == "E2E" {
 		t.Errorf("%s's condition was overwritten: %+v", w2, c)
 	}
+
+	// The status subresource persists metadata too: everything but its
+	// condition is out of the agent's reach, on its own node.
+	own := node(t, ctx, w1)
+	for _, tc := range []struct {
+		name  string
+		patch map[string]any
+	}{
+		{"an annotation (a forged readiness.k8s.io completion mark)", map[string]any{"metadata": map[string]any{"annotations": map[string]string{"readiness.k8s.io/bootstrap-completed-e2e": "true"}}}},
+		{"a label", map[string]any{"metadata": map[string]any{"labels": map[string]string{"e2e": "x"}}}},
+		{"ownerReferences", map[string]any{"metadata": map[string]any{"ownerReferences": []map[string]any{{"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": string(own.UID)}}}}},
+		{"finalizers", map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/hold"}}}},
+		{"daemonEndpoints", map[string]any{"status": map[string]any{"daemonEndpoints": map[string]any{"kubeletEndpoint": map[string]any{"Port": 10251}}}}},
+		{"capacity", map[string]any{"status": map[string]any{"capacity": map[string]any{"pods": "999"}}}},
+		{"allocatable", map[string]any{"status": map[string]any{"allocatable": map[string]any{"pods": "999"}}}},
+		{"nodeInfo", map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": "v0.0.1-e2e"}}}},
+	} {
+		body, _ := json.Marshal(tc.patch)
+		_, err := as.CoreV1().Nodes().Patch(ctx, w1, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+		switch {
+		case err == nil:
+			t.Errorf("the agent's token changed %s of its own node", tc.name)
+		case !apierrors.IsForbidden(err):
+			t.Errorf("%s: refused, but not by admission: %v", tc.name, err)
+		default:
+			t.Logf("%s: refused: %v", tc.name, err)
+		}
+	}
+
+	// Only the agent writes the condition: the node's own credentials (what
+	// a compromised kubelet holds) and the cluster admin are refused, by
+	// the rule's name, whether they set False, change it or remove it.
+	forge := func(cs kubernetes.Interface, status string) error {
+		body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+			"type": deploy.ConditionType, "status": status, "reason": "Forged", "message": "forged",
+			"lastHeartbeatTime": time.Now().UTC().Format(time.RFC3339), "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}}})
+		_, err := cs.CoreV1().Nodes().PatchStatus(ctx, w1, body)
+		return err
+	}
+	for _, who := range []struct {
+		name string
+		cs   kubernetes.Interface
+	}{{"the node's own credentials", nodeClient(t, w1)}, {"the cluster admin", cluster.Clientset()}} {
+		for _, status := range []string{"False", "True"} {
+			err := forge(who.cs, status)
+			if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "certready-condition-writers") {
+				t.Errorf("%s set the condition to %s: %v (want Forbidden by certready-condition-writers)", who.name, status, err)
+			}
+		}
+	}
+	if c := certCondition(node(t, ctx, w1)); c == nil || c.Reason == "Forged" {
+		t.Errorf("%s's condition after the forgeries: %+v", w1, c)
+	}
+}
+
+// A stale False condition (its agent gone for longer than the approver's
+// --condition-max-age) never lifts a re-added taint; the agent's return
+// (a fresh heartbeat) does.
+func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
+	ctx := ctxT(t, 6*time.Minute)
+	w := cluster.Workers()[0].Name
+	waitCondition(t, ctx, w, 2*time.Minute, "ready and untainted", readyAndUntainted)
+	// A short max age, so that the agent's absence makes the condition
+	// stale within the test (the default is twice the 5-minute heartbeat).
+	if _, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p",
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--condition-max-age=15s"}]`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := cluster.Kubectl(ctx, "apply", "-k", standalone); err != nil {
+			t.Error(err)
+		}
+		if err := deploy.WaitRollout(ctx, cluster, t.Logf); err != nil {
+			t.Error(err)
+		}
+	})
+	// The agent leaves this node only.
+	away := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, w)
+	if _, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=merge", "-p", away); err != nil {
+		t.Fatal(err)
+	}
+	back := func() {
+		_, _ = cluster.Kubectl(context.Background(), "-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)
+	}
+	t.Cleanup(back)
+	err := localcluster.Poll(ctx, 2*time.Minute, "the agent gone from "+w+" and the approver restarted with --condition-max-age", func() (bool, error) {
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + w})
+		if err != nil || len(pods.Items) != 0 {
+			return false, nil
+		}
+		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		return err == nil && dep.Status.UpdatedReplicas == 2 && dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := certCondition(node(t, ctx, w))
+	if c == nil || c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v, want the agent's last False", c)
+	}
+	// Staleness is the passing of time since the last heartbeat, nothing else.
+	if err := localcluster.Poll(ctx, time.Minute, "the condition to pass the 15 s max age", func() (bool, error) {
+		return time.Since(c.LastHeartbeatTime.Time) > 20*time.Second, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Someone (an operator, or the kubelet registering again) re-adds the taint.
+	n := node(t, ctx, w)
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: localcluster.StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := cluster.Clientset().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The fallback reacts within milliseconds when it acts (see the
+	// benchmarks): 10 s of a taint that stays is a clear no.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if !deploy.HasStartupTaint(node(t, ctx, w)) {
+			t.Fatal("a stale False condition lifted the re-added taint")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("the taint stayed for 10 s on a condition last written %s ago", time.Since(c.LastHeartbeatTime.Time).Round(time.Second))
+	back()
+	waitCondition(t, ctx, w, 2*time.Minute, "untainted once the agent is back and writes a fresh heartbeat", readyAndUntainted)
+}
+
+// Approver placement with the real scheduler. The taint fallback keeps the
+// soft (PreferNoSchedule) taint on a node whose certificate is not proven:
+// here w, whose agent is gone and whose condition went stale. With only
+// unproven nodes to run on, the approver still runs there and approves (a
+// new cluster must not deadlock); as soon as a proven node can take it, it
+// never lands on the unproven one.
+func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
+	ctx := ctxT(t, 8*time.Minute)
+	workers := cluster.Workers()
+	if len(workers) < 2 {
+		t.Fatalf("%d workers, need 2", len(workers))
+	}
+	w, x := workers[0], workers[1]
+	const soft = "readiness.k8s.io/KubeletServingCertUnproven"
+	const hold = "e2e.certready.io/hold"
+	kubectl := func(args ...string) {
+		t.Helper()
+		if out, err := cluster.Kubectl(ctx, args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	// Agents heartbeat every 5 s and the approver counts 15 s as stale, so
+	// that only w, whose agent leaves, goes stale within the test.
+	kubectl("-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=json", "-p", fmt.Sprintf(
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--heartbeat=5s"},
+		  {"op":"add","path":"/spec/template/spec/affinity","value":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}]`, w.Name))
+	kubectl("-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p",
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--condition-max-age=15s"}]`)
+	var held []string
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for _, n := range held {
+			_, _ = cluster.Kubectl(ctx, "taint", "node", n, hold+"-")
+		}
+		_, _ = cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)
+		if _, err := cluster.Kubectl(ctx, "apply", "-k", standalone); err != nil {
+			t.Error(err)
+		}
+		if err := deploy.WaitRollout(ctx, cluster, t.Logf); err != nil {
+			t.Error(err)
+		}
+	})
+	hasSoft := func(name string) bool {
+		for _, tt := range node(t, ctx, name).Spec.Taints {
+			if tt.Key == soft && tt.Effect == corev1.TaintEffectPreferNoSchedule {
+				return true
+			}
+		}
+		return false
+	}
+	if err := localcluster.Poll(ctx, 3*time.Minute, "the soft taint on "+w.Name+" (agent gone, condition stale) and not on "+x.Name, func() (bool, error) {
+		return hasSoft(w.Name) && !hasSoft(x.Name), nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+	approverNodes := func() []string {
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approver"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodes []string
+		for _, p := range pods.Items {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+		return nodes
+	}
+	// restart rolls the approver and waits until every replica is new,
+	// scheduled and ready; it returns their nodes.
+	restart := func(what string) []string {
+		t.Helper()
+		before, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubectl("-n", deploy.Namespace, "rollout", "restart", "deployment/certready-approver")
+		err = localcluster.Poll(ctx, 3*time.Minute, what, func() (bool, error) {
+			d, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+			if err != nil || d.Generation == before.Generation || d.Status.ObservedGeneration < d.Generation {
+				return false, nil
+			}
+			return d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2 && d.Status.Replicas == 2 && len(approverNodes()) == 2, nil
+		})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+		}
+		return approverNodes()
+	}
+	// Only unproven nodes: every other node is held (a NoSchedule taint the
+	// approver does not tolerate).
+	for _, n := range cluster.Nodes() {
+		if n.Name != w.Name {
+			kubectl("taint", "node", n.Name, hold+"=placement:NoSchedule")
+			held = append(held, n.Name)
+		}
+	}
+	nodes := restart("the approver running with only the unproven " + w.Name + " to run on")
+	for _, n := range nodes {
+		if n != w.Name {
+			t.Fatalf("approver on %v, want %s, the only node it may use", nodes, w.Name)
+		}
+	}
+	name, _ := requestServingCert(t, ctx, x.Name, x.IP)
+	waitIssued(t, ctx, name, time.Minute)
+	t.Logf("only %s (unproven) available: approver ran there and approved %s", w.Name, name)
+	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
+
+	// A proven node can take it: the approver never lands on w again.
+	kubectl("taint", "node", x.Name, hold+"-")
+	for i := 0; i < 2; i++ {
+		nodes = restart(fmt.Sprintf("the approver rolled (%d) with %s proven and %s unproven", i+1, x.Name, w.Name))
+		for _, n := range nodes {
+			if n == w.Name {
+				t.Fatalf("roll %d: approver on %v: it landed on the unproven %s while %s could take it", i+1, nodes, w.Name, x.Name)
+			}
+		}
+		t.Logf("roll %d: approver on %v (not on the unproven %s)", i+1, nodes, w.Name)
+	}
+}
+
+// The safe rollout's preflight, as an operator runs it with a kubeconfig:
+// a node no agent reports on (here a Node object without a kubelet, as a
+// Windows node or one with another kubelet directory looks) would stay
+// tainted by a new NodeReadinessRule; labelling it out clears the way.
+func TestPreflightListsNodesARuleWouldKeepTainted(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	bin := os.Getenv("CERTREADY_BIN")
+	if bin == "" {
+		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
+	}
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	preflight := func() (string, int) {
+		cmd := exec.CommandContext(ctx, bin, "preflight", "--kubeconfig="+kubeconfig)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &exit):
+			return string(out), exit.ExitCode()
+		}
+		t.Fatalf("certready preflight: %v\n%s", err, out)
+		return "", -1
+	}
+	for _, w := range cluster.Workers() {
+		waitCondition(t, ctx, w.Name, 2*time.Minute, "ready", hasReason("KubeletServingCertReady", corev1.ConditionFalse))
+	}
+	out, code := preflight()
+	if code != 0 || !strings.Contains(out, "safe to create now") {
+		t.Fatalf("with every worker ready: exit %d\n%s", code, out)
+	}
+	for _, w := range cluster.Workers() {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.Name) + `\s+TaintedBriefly\s`).MatchString(out) {
+			t.Errorf("worker %s is not listed as tainted briefly:\n%s", w.Name, out)
+		}
+	}
+	legacy := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "legacy-1", Labels: map[string]string{"kubernetes.io/os": "windows"}}}
+	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), legacy.Name, metav1.DeleteOptions{})
+	})
+	out, code = preflight()
+	if code != 1 || !regexp.MustCompile(`(?m)^legacy-1\s+StaysTainted\s+no KubeletServingCertNotReady condition`).MatchString(out) ||
+		!strings.Contains(out, "1 of ") {
+		t.Fatalf("with a node no agent reports on: exit %d, want 1 naming legacy-1\n%s", code, out)
+	}
+	t.Logf("preflight with an unreported node (exit %d):\n%s", code, out)
+	if _, err := cluster.Kubectl(ctx, "label", "node", legacy.Name, "certready.io/readiness-rule-opt-out=true"); err != nil {
+		t.Fatal(err)
+	}
+	out, code = preflight()
+	if code != 0 || !regexp.MustCompile(`(?m)^legacy-1\s+Excluded\s`).MatchString(out) {
+		t.Fatalf("after opting legacy-1 out: exit %d\n%s", code, out)
+	}
+}
+
+// writeKubeconfig writes cfg as a kubeconfig file, as an operator has one.
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	caData, certData, keyData := cfg.CAData, cfg.CertData, cfg.KeyData
+	read := func(data []byte, file string) []byte {
+		if len(data) > 0 || file == "" {
+			return data
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: read(caData, cfg.CAFile)}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: read(certData, cfg.CertFile), ClientKeyData: read(keyData, cfg.KeyFile), Token: cfg.BearerToken}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "admin"}
+	kc.CurrentContext = "e2e"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // 10. A node registered again (kubectl delete node, then a kubelet
