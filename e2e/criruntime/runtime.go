@@ -16,9 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
-	"strconv"
 	"syscall"
 	"time"
 
