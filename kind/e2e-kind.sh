@@ -14,5 +14,8 @@ export KIND_CLUSTER_NAME=${KIND_CLUSTER_NAME:-certready-e2e}
 kind delete cluster --name "$KIND_CLUSTER_NAME" >/dev/null 2>&1 || true
 trap '[ -n "${KEEP:-}" ] || kind delete cluster --name "$KIND_CLUSTER_NAME"' EXIT
 KIND_DEPLOY=0 kind/kind-up.sh
+# The preflight scenario runs the host's certready against the cluster.
+make build
+export CERTREADY_BIN=$PWD/bin/certready
 cd e2e
 CERTREADY_E2E_PROVIDER=kind CERTREADY_KIND_CLUSTER="$KIND_CLUSTER_NAME" go test -count=1 -timeout 60m -v ./suite/
