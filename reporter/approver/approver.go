@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/taint"
@@ -58,6 +59,9 @@ type Options struct {
 	// MaxConditionAge: how old a False condition may be and still lift the
 	// taint (taint.DefaultMaxConditionAge when zero).
 	MaxConditionAge time.Duration
+	// SharedAddressesOK turns off the refusal of an address that several
+	// Nodes report (nodes behind one NAT address, for one).
+	SharedAddressesOK bool
 }
 
 // ErrLostLease is returned when another replica took the Lease: the process
@@ -74,11 +78,29 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 
-	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister())
+	if err := nodeInformer.Informer().AddIndexers(inventory.AddressIndexers); err != nil {
+		return err
+	}
+	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister(), nodeInformer.Informer().GetIndexer())
 	if err != nil {
 		return err
 	}
 	o.Controller.Inventory = inv
+	if o.SharedAddressesOK {
+		o.Controller.Inventory = unclaimed{inv}
+	}
+	// The API server's own addresses, from its EndpointSlice, are never
+	// approved; a change re-evaluates the pending CSRs.
+	var ctrl *controller.Controller
+	endpoints, err := apiserver.New(client, func() {
+		if ctrl != nil {
+			ctrl.EnqueueAll()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	o.Controller.APIServerAddresses = endpoints.Addresses
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(4)
@@ -86,7 +108,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
 
-	ctrl, err := controller.New(o.Controller, client, csrInformer, recorder, reg)
+	ctrl, err = controller.New(o.Controller, client, csrInformer, recorder, reg)
 	if err != nil {
 		return err
 	}
@@ -113,16 +135,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 
 	csrFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
+	endpoints.Start(ctx)
 	defer csrFactory.Shutdown()
 	defer nodeFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), csrInformer.HasSynced, nodeInformer.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), csrInformer.HasSynced, nodeInformer.Informer().HasSynced, endpoints.HasSynced) {
 		return fmt.Errorf("caches did not sync")
 	}
 	if startInventory != nil {
 		go startInventory(ctx, ctrl.EnqueueAll)
 	}
 	ready.Set(true, "")
-	logger.Info("Approver caches synced", "inventory", inv.Describe(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+	logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", endpoints.Addresses(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
 
 	lead := func(lctx context.Context) {
 		done := make(chan error, 2)
@@ -184,14 +207,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 
 // buildInventory returns the source and, for watched sources, a function
 // that keeps it current and calls changed after each reload.
-func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister) (inventory.Source, func(context.Context, func()), error) {
+// unclaimed hides a source's Claims (--allow-shared-addresses).
+type unclaimed struct{ inventory.Source }
+
+func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister, nodeIndex cache.Indexer) (inventory.Source, func(context.Context, func()), error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "", "node":
 		if arg != "" {
 			return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
 		}
-		return inventory.Nodes{Lister: nodes}, nil, nil
+		return inventory.Nodes{Lister: nodes, Indexer: nodeIndex}, nil, nil
 	case "file":
 		if arg == "" {
 			return nil, nil, fmt.Errorf("--inventory=%s: want file:<path>", spec)

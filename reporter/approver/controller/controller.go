@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,9 @@ type Config struct {
 	Workers        int
 	// FloodRetry is how soon a CSR held back by the flood guard is retried.
 	FloodRetry time.Duration
+	// APIServerAddresses, when set, returns the API server's current
+	// addresses (its EndpointSlice), denied as SANs like Policy.DenyIPs.
+	APIServerAddresses func() []netip.Addr
 }
 
 // Controller approves kubelet-serving CSRs.
@@ -239,7 +244,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return c.cfg.FloodRetry, nil
 	}
 	c.metrics.floodGuard.Set(0)
-	d := policy.Evaluate(csr, c.cfg.Inventory, c.cfg.Policy)
+	pc := c.cfg.Policy
+	if f := c.cfg.APIServerAddresses; f != nil {
+		pc.DenyIPs = append(slices.Clip(pc.DenyIPs), f()...)
+	}
+	d := policy.Evaluate(csr, c.cfg.Inventory, pc)
 	switch {
 	case d.Approve:
 		by, err := c.decide(ctx, csr, certv1.CertificateApproved, d)

@@ -410,3 +410,20 @@ func decisions(t *testing.T, reg *prometheus.Registry, decision string) float64 
 	}
 	return sum
 }
+
+// TestAPIServerAddressesAreNeverApproved: a node that reports the API
+// server's address (from its EndpointSlice) as its own is refused, even in
+// node-objects mode where the address is recorded for it.
+func TestAPIServerAddressesAreNeverApproved(t *testing.T) {
+	api := netip.MustParseAddr("192.0.2.11") // w1's recorded address, here also the API server's
+	e := start(t, controller.Config{APIServerAddresses: func() []netip.Addr { return []netip.Addr{api} }}, true,
+		csr(t, "csr-api", "w1", "192.0.2.11", signer), csr(t, "csr-ok", "w2", "192.0.2.12", signer))
+	e.waitFor("csr-ok", "approved", approved)
+	ev := e.waitEvent("Warning " + string(policy.RuleSANDenied))
+	if !strings.Contains(ev, "192.0.2.11 is an API server address") {
+		t.Errorf("event %q", ev)
+	}
+	if approved(e.get("csr-api")) {
+		t.Error("a CSR for the API server's address was approved")
+	}
+}

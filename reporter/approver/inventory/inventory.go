@@ -30,6 +30,14 @@ type Source interface {
 	Describe() string
 }
 
+// Claims is implemented by sources in which several nodes may report the
+// same address (the Node objects): the policy refuses an address that
+// another node claims too.
+type Claims interface {
+	// Claimants returns every node that reports ip (in O(1) of the fleet).
+	Claimants(ip netip.Addr) []string
+}
+
 // Mapping is the desired-state document of the file and ConfigMap sources:
 //
 //	nodes:

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,34 @@ func TestWatchFileReloadsAndKeepsTheLastGoodMapping(t *testing.T) {
 	}
 	if _, ok := src.Lookup("b"); !ok {
 		t.Error("a broken reload dropped the previous mapping")
+	}
+}
+
+func TestNodesClaimantsFromTheAddressIndex(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, inventory.AddressIndexers)
+	node := func(name string, addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	internal := func(a string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a} }
+	for _, n := range []*corev1.Node{
+		node("w1", internal("192.0.2.11"), corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"}),
+		node("w2", internal("192.0.2.12"), corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"}),
+		// A liar claiming w1's address, in an IPv4-mapped spelling.
+		node("liar", internal("::ffff:192.0.2.11"), corev1.NodeAddress{Type: corev1.NodeHostName, Address: "192.0.2.12"}),
+	} {
+		if err := idx.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := inventory.Nodes{Lister: corelisters.NewNodeLister(idx), Indexer: idx}
+	for ip, want := range map[string][]string{
+		"192.0.2.11":   {"liar", "w1"},
+		"192.0.2.12":   {"w2"}, // a Hostname that looks like an IP is no address claim
+		"198.51.100.1": {"w1", "w2"},
+		"192.0.2.99":   {},
+	} {
+		if got := src.Claimants(netip.MustParseAddr(ip)); !slices.Equal(got, want) {
+			t.Errorf("Claimants(%s) = %v, want %v", ip, got, want)
+		}
 	}
 }

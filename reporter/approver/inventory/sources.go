@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -13,13 +14,59 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
 // Nodes reads the Node objects' InternalIP, ExternalIP, Hostname and DNS
 // addresses. The kubelet writes those itself: this source trusts the node's
-// own word about its addresses (documented trade-off).
-type Nodes struct{ Lister corelisters.NodeLister }
+// own word about its addresses (documented trade-off), and answers who else
+// claims an address from Indexer, indexed with AddressIndex.
+type Nodes struct {
+	Lister  corelisters.NodeLister
+	Indexer cache.Indexer
+}
+
+// AddressIndex names the node informer's index of IP addresses.
+const AddressIndex = "certready.io/address"
+
+// AddressIndexers indexes Nodes by every InternalIP and ExternalIP they
+// report (in netip's canonical form).
+var AddressIndexers = cache.Indexers{AddressIndex: func(obj any) ([]string, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip.Unmap().String())
+		}
+	}
+	return out, nil
+}}
+
+// Claimants lists the nodes that report ip.
+func (n Nodes) Claimants(ip netip.Addr) []string {
+	if n.Indexer == nil {
+		return nil
+	}
+	objs, err := n.Indexer.ByIndex(AddressIndex, ip.Unmap().String())
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if node, ok := o.(*corev1.Node); ok {
+			out = append(out, node.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 func (n Nodes) Lookup(node string) (Entry, bool) {
 	obj, err := n.Lister.Get(node)

@@ -42,6 +42,7 @@ const (
 	RuleIPSANNotAllowed      Rule = "IPSANOutsideAllowedCIDRs"
 	RuleExpirationTooLong    Rule = "ExpirationTooLong"
 	RuleNodeNotInInventory   Rule = "NodeNotInInventory"
+	RuleAddressClaimed       Rule = "AddressClaimedByOtherNode"
 	RuleFloodGuard           Rule = "FloodGuard"
 	nodeUserPrefix                = "system:node:"
 	nodesGroup                    = "system:nodes"
@@ -52,7 +53,7 @@ var Rules = []Rule{
 	RuleWrongSigner, RuleUsernameNotNode, RuleGroupsMissingNodes, RuleRequestNotOnePEM, RuleRequestUnparseable,
 	RuleRequestSignature, RuleSubjectCN, RuleSubjectOrg, RuleUsages, RuleNoSAN, RuleEmailOrURISAN, RuleSANDenied,
 	RuleDNSSANNotInInventory, RuleIPSANNotInInventory, RuleIPSANNotAllowed, RuleExpirationTooLong,
-	RuleNodeNotInInventory, RuleFloodGuard,
+	RuleNodeNotInInventory, RuleAddressClaimed, RuleFloodGuard,
 }
 
 // Config is the operator's policy.
@@ -61,8 +62,12 @@ type Config struct {
 	AllowedCIDRs []netip.Prefix
 	// DenyCIDRs never appear in a SAN (for example the service range).
 	DenyCIDRs []netip.Prefix
-	// DenyIPs never appear in a SAN (the API server's own addresses).
+	// DenyIPs never appear in a SAN (the API server's own addresses: the
+	// flags', the Service IP and the endpoints of default/kubernetes).
 	DenyIPs []netip.Addr
+	// DenyDNSNames never appear in a SAN (the API server's external names),
+	// compared case-insensitively, trailing dot ignored.
+	DenyDNSNames []string
 	// MaxExpiration bounds spec.expirationSeconds when it is set.
 	MaxExpiration time.Duration
 }
@@ -133,7 +138,7 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 		ips = append(ips, ip)
 	}
 	for _, dns := range req.DNSNames {
-		if why := deniedDNS(dns); why != "" {
+		if why := deniedDNS(dns, cfg); why != "" {
 			return refuse(node, RuleSANDenied, "DNS SAN %q is %s", dns, why)
 		}
 	}
@@ -159,6 +164,11 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 		}
 		if len(cfg.AllowedCIDRs) > 0 && !slices.ContainsFunc(cfg.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			return refuse(node, RuleIPSANNotAllowed, "%s is outside --allowed-cidrs %v", ip, cfg.AllowedCIDRs)
+		}
+		if claims, ok := inv.(inventory.Claims); ok {
+			if others := slices.DeleteFunc(claims.Claimants(ip), func(n string) bool { return n == node }); len(others) > 0 {
+				return refuse(node, RuleAddressClaimed, "%s is also claimed by %s: an address two nodes report proves neither", ip, strings.Join(others, ", "))
+			}
 		}
 	}
 	return Decision{
@@ -234,8 +244,13 @@ func dnsRecorded(dns, node string, recorded []string) bool {
 }
 
 // deniedDNS says why a DNS SAN may never be approved, or "".
-func deniedDNS(dns string) string {
+func deniedDNS(dns string, cfg Config) string {
 	n := normalizeDNS(dns)
+	for _, d := range cfg.DenyDNSNames {
+		if n == normalizeDNS(d) {
+			return "an API server name (--apiserver-names)"
+		}
+	}
 	switch {
 	case strings.Contains(n, "*"):
 		return "a wildcard"

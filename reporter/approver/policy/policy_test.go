@@ -19,8 +19,22 @@ import (
 var inv = inventory.NewStatic("test inventory", map[string]inventory.Entry{
 	"worker-1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8::11")}, DNSNames: []string{"worker-1.example.com"}},
 	"worker-2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
-	"evil":     {IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1")}, DNSNames: []string{"kubernetes.default.svc", "localhost", "*.example.com"}},
+	"evil":     {IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("192.0.2.1")}, DNSNames: []string{"kubernetes.default.svc", "localhost", "*.example.com", "api.example.com"}},
 })
+
+// claimed is a node-objects-like inventory: several nodes may report one
+// address.
+type claimed struct {
+	*inventory.Static
+	by map[netip.Addr][]string
+}
+
+func (c claimed) Claimants(ip netip.Addr) []string { return append([]string(nil), c.by[ip]...) }
+
+var shared = claimed{Static: inv, by: map[netip.Addr][]string{
+	netip.MustParseAddr("192.0.2.11"): {"worker-1", "worker-2"},
+	netip.MustParseAddr("192.0.2.12"): {"worker-2"},
+}}
 
 var cfg = policy.Config{
 	DenyCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
@@ -138,6 +152,10 @@ func TestEvaluate(t *testing.T) {
 		{name: "node missing from the inventory is retried", req: testpki.Request{Node: "worker-9", IPs: ips("192.0.2.19")}, want: policy.RuleNodeNotInInventory, retry: true},
 		{name: "IP outside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}, want: policy.RuleIPSANNotAllowed},
 		{name: "IP inside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, want: approve},
+		{name: "an address another Node reports too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, want: policy.RuleAddressClaimed, wantMsg: "192.0.2.11 is also claimed by worker-2"},
+		{name: "an address only this Node reports", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, invSrc: shared, want: approve},
+		{name: "the API server's external name (--apiserver-names), case and dot aside", req: testpki.Request{Node: "evil", DNSNames: []string{"API.example.com."}},
+			cfg: &policy.Config{DenyDNSNames: []string{"api.example.com"}}, want: policy.RuleSANDenied, wantMsg: "--apiserver-names"},
 	}
 	// The deny list wins even when the inventory records the value.
 	for _, d := range []struct{ name, dns, ip string }{
