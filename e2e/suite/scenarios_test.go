@@ -707,6 +707,84 @@ func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
 	}
 }
 
+// Hostile nodes, each acting under the identity it claims (the admin
+// impersonates system:node:<name>, as that node's credentials would): a
+// node that reports the API server's own address (learnt from the
+// default/kubernetes EndpointSlice, set nowhere in the manifests) and one
+// that reports another node's address both ask for a serving certificate
+// for it; both stay pending with the rule named.
+func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	slice, err := cluster.Clientset().DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(slice.Endpoints) == 0 || len(slice.Endpoints[0].Addresses) == 0 {
+		t.Fatalf("the API server's EndpointSlice default/kubernetes: %v %+v", err, slice)
+	}
+	apiIP := slice.Endpoints[0].Addresses[0]
+	victim := cluster.Workers()[0]
+	for _, tc := range []struct {
+		node, ip string
+		rule     string
+	}{
+		{"rogue-apiserver", apiIP, "SANDenied"},
+		{"rogue-twin", victim.IP, "AddressClaimedByOtherNode"},
+	} {
+		// A Node object whose status reports the address, as a kubelet
+		// with those credentials can write its own status.
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.node, Labels: map[string]string{"kubernetes.io/os": "windows"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: tc.ip}}}}
+		if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		})
+		if got := node(t, ctx, tc.node); len(got.Status.Addresses) == 0 || got.Status.Addresses[0].Address != tc.ip {
+			t.Fatalf("Node %s reports %+v, want %s", tc.node, got.Status.Addresses, tc.ip)
+		}
+		cfg := rest.CopyConfig(cluster.AdminConfig())
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + tc.node, Groups: []string{"system:nodes", "system:authenticated"}}
+		as, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr, _, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-" + tc.node + "-"}, tc.node, tc.ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		created, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating a CSR as system:node:%s: %v", tc.node, err)
+		}
+		t.Cleanup(func() {
+			_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+		})
+		var msg string
+		if err := localcluster.Poll(ctx, time.Minute, "a Warning "+tc.rule+" on "+created.Name, func() (bool, error) {
+			evs, err := cluster.Clientset().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + created.Name})
+			if err != nil {
+				return false, nil
+			}
+			for _, e := range evs.Items {
+				if e.Reason == tc.rule {
+					msg = e.Message
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+		}
+		got, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if csrCondition(got, certv1.CertificateApproved) != nil {
+			t.Fatalf("%s's CSR for %s was approved", tc.node, tc.ip)
+		}
+		t.Logf("%s asking for %s: left pending: %s", tc.node, tc.ip, msg)
+	}
+}
+
 // The safe rollout's preflight, as an operator runs it with a kubeconfig:
 // a node no agent reports on (here a Node object without a kubelet, as a
 // Windows node or one with another kubelet directory looks) would stay
