@@ -81,14 +81,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if err := nodeInformer.Informer().AddIndexers(inventory.AddressIndexers); err != nil {
 		return err
 	}
-	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister(), nodeInformer.Informer().GetIndexer())
+	// Without the address index, no address counts as claimed by another
+	// node (--allow-shared-addresses).
+	addressIndex := nodeInformer.Informer().GetIndexer()
+	if o.SharedAddressesOK {
+		addressIndex = nil
+	}
+	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister(), addressIndex)
 	if err != nil {
 		return err
 	}
 	o.Controller.Inventory = inv
-	if o.SharedAddressesOK {
-		o.Controller.Inventory = unclaimed{inv}
-	}
 	// The API server's own addresses, from its EndpointSlice, are never
 	// approved; a change re-evaluates the pending CSRs.
 	var ctrl *controller.Controller
@@ -207,9 +210,6 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 
 // buildInventory returns the source and, for watched sources, a function
 // that keeps it current and calls changed after each reload.
-// unclaimed hides a source's Claims (--allow-shared-addresses).
-type unclaimed struct{ inventory.Source }
-
 func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister, nodeIndex cache.Indexer) (inventory.Source, func(context.Context, func()), error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch kind {
