@@ -84,8 +84,7 @@ func same(t, want corev1.Taint) bool {
 // makes the patch fail on a concurrent change instead of overwriting another
 // writer's taints.
 func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool, err error) {
-	cond := condition.Find(node, cfg.ConditionType)
-	ready := cond != nil && cond.Status == corev1.ConditionFalse && Fresh(cond, cfg.MaxConditionAge, now)
+	ready := freshFalse(node, cfg, now) != nil
 	soft := cfg.SoftTaint.Key != ""
 	keep := []corev1.Taint{}
 	lifted, hasSoft, changed := false, false, false
@@ -121,11 +120,13 @@ func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool,
 	return patch, err == nil, err
 }
 
-func (r *Remover) maxAge() time.Duration {
-	if r.cfg.MaxConditionAge <= 0 {
-		return DefaultMaxConditionAge
+// freshFalse returns node's condition when it is False and fresh, else nil.
+func freshFalse(node *corev1.Node, cfg Config, now time.Time) *corev1.NodeCondition {
+	c := condition.Find(node, cfg.ConditionType)
+	if c == nil || c.Status != corev1.ConditionFalse || !Fresh(c, cfg.MaxConditionAge, now) {
+		return nil
 	}
-	return r.cfg.MaxConditionAge
+	return c
 }
 
 // Fresh reports whether cond was written (heartbeat) within maxAge of now;
@@ -151,6 +152,9 @@ type Remover struct {
 func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Remover, error) {
 	if cfg.Taint.Key == "" || cfg.Taint.Effect == "" || cfg.ConditionType == "" {
 		return nil, fmt.Errorf("taint fallback needs a taint (key=value:effect) and a condition type")
+	}
+	if cfg.MaxConditionAge <= 0 {
+		cfg.MaxConditionAge = DefaultMaxConditionAge
 	}
 	if cfg.SoftTaint.Key != "" && (cfg.SoftTaint.Effect != corev1.TaintEffectPreferNoSchedule || cfg.SoftTaint.Key == cfg.Taint.Key) {
 		return nil, fmt.Errorf("soft taint %s: want effect PreferNoSchedule and a key other than the startup taint's", cfg.SoftTaint.ToString())
@@ -226,8 +230,8 @@ func (r *Remover) sync(ctx context.Context, name string) error {
 	}
 	now := time.Now()
 	// A fresh False turns stale with no event: look again then.
-	if c := condition.Find(node, r.cfg.ConditionType); r.cfg.SoftTaint.Key != "" && c != nil && c.Status == corev1.ConditionFalse && Fresh(c, r.cfg.MaxConditionAge, now) {
-		r.queue.AddAfter(name, c.LastHeartbeatTime.Add(r.maxAge()).Sub(now)+time.Second)
+	if c := freshFalse(node, r.cfg, now); c != nil && r.cfg.SoftTaint.Key != "" {
+		r.queue.AddAfter(name, c.LastHeartbeatTime.Add(r.cfg.MaxConditionAge).Sub(now)+time.Second)
 	}
 	patch, ok, err := Patch(node, r.cfg, now)
 	if err != nil || !ok {
