@@ -36,7 +36,7 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.StringSliceVar(&o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "The API server's external DNS names (e.g. the load balancer's), never approved as SANs. kubernetes, kubernetes.default* and *.svc* are always refused.")
 	fs.BoolVar(&o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
 	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
-	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many kubelet-serving CSRs are pending. 0: number of inventory nodes + 100.")
+	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many distinct nodes have a kubelet-serving CSR pending (a node's older requests are superseded by its newest and count once). 0: number of inventory nodes + 100.")
 	fs.BoolVar(&o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
 	fs.IntVar(&o.Controller.Workers, "workers", 4, "Concurrent CSR workers.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")

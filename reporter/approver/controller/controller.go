@@ -40,8 +40,9 @@ import (
 type Config struct {
 	Policy    policy.Config
 	Inventory inventory.Source
-	// MaxPending is the flood guard: with this many pending kubelet-serving
-	// CSRs or more, nothing is approved. 0: the inventory's size + 100.
+	// MaxPending is the flood guard: with this many distinct nodes or more
+	// waiting on a pending kubelet-serving CSR, nothing is approved (a burst
+	// of new identities). 0: the inventory's size + 100.
 	MaxPending     int
 	DenyOnMismatch bool
 	Workers        int
@@ -65,6 +66,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	recorded map[string]policy.Rule // last refusal event per CSR, to not repeat it
+	pending  *pendingSet
 	// decided holds the UIDs of the CSRs this process approved or denied:
 	// until the informer catches up, its stale copy still looks pending and
 	// must not be decided twice. By UID, not name: a CSR deleted and created
@@ -95,6 +97,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		synced:   csrInformer.HasSynced,
 		recorder: recorder,
 		recorded: map[string]policy.Rule{},
+		pending:  newPendingSet(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Minute),
@@ -104,13 +107,24 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 	}
 	c.metrics = newMetrics(reg, c)
 	_, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		AddFunc: func(obj any) {
+			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+				c.pending.observe(csr, false)
+			}
+			c.enqueue(obj)
+		},
+		UpdateFunc: func(_, obj any) {
+			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+				c.pending.observe(csr, false)
+			}
+			c.enqueue(obj)
+		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+				c.pending.observe(csr, true)
 				c.mu.Lock()
 				delete(c.recorded, csr.Name)
 				c.mu.Unlock()
@@ -237,10 +251,17 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if _, done := c.decided.Load(csr.UID); done {
 		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
 	}
-	if n, max := c.backlogCount(), c.maxPending(); n >= max {
+	// Only a node's newest request is a candidate: the kubelet waits for
+	// that one alone, and a node's pile of requests cannot crowd out others.
+	if newer := c.pending.newer(csr); newer != "" {
+		c.metrics.decisions.WithLabelValues("superseded", string(policy.RuleSuperseded)).Inc()
+		c.warnOnce(csr, policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
+		return 0, nil
+	}
+	if n, max := c.pending.nodes(), c.maxPending(); n >= max {
 		c.metrics.floodGuard.Set(1)
 		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
-		c.warnOnce(csr, policy.RuleFloodGuard, fmt.Sprintf("%s: %d kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max))
+		c.warnOnce(csr, policy.RuleFloodGuard, fmt.Sprintf("%s: %d distinct nodes have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max))
 		return c.cfg.FloodRetry, nil
 	}
 	c.metrics.floodGuard.Set(0)
@@ -435,11 +456,6 @@ func (c *Controller) maxPending() int {
 		return c.cfg.MaxPending
 	}
 	return c.cfg.Inventory.Size() + 100
-}
-
-func (c *Controller) backlogCount() int {
-	n, _ := c.backlog(time.Now())
-	return n
 }
 
 // backlog counts pending kubelet-serving CSRs and the oldest one's age.

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -66,7 +68,7 @@ func startWith(t *testing.T, cs *fake.Clientset, cfg controller.Config) *env {
 
 func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool) *env {
 	t.Helper()
-	e := &env{t: t, cs: cs, rec: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
+	e := &env{t: t, cs: cs, rec: record.NewFakeRecorder(1000), reg: prometheus.NewRegistry()}
 	e.inv = inventory.NewStatic("test", map[string]inventory.Entry{
 		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
 		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
@@ -255,7 +257,7 @@ func TestFloodGuardApprovesNothing(t *testing.T) {
 	e := start(t, controller.Config{MaxPending: 2, FloodRetry: time.Hour}, true,
 		csr(t, "csr-1", "w1", "192.0.2.11", signer), csr(t, "csr-2", "w2", "192.0.2.12", signer))
 	ev := e.waitEvent("Warning FloodGuard")
-	if !strings.Contains(ev, "2 kubelet-serving CSRs pending, the limit is 2") {
+	if !strings.Contains(ev, "2 distinct nodes have kubelet-serving CSRs pending, the limit is 2") {
 		t.Errorf("event %q", ev)
 	}
 	for _, n := range []string{"csr-1", "csr-2"} {
@@ -425,5 +427,61 @@ func TestAPIServerAddressesAreNeverApproved(t *testing.T) {
 	}
 	if approved(e.get("csr-api")) {
 		t.Error("a CSR for the API server's address was approved")
+	}
+}
+
+// TestOneNodesPileOfRequestsBlocksNobody: two stuck kubelets with 150
+// pending requests each (a day of re-requests every 15 minutes, and more)
+// count as two identities, not 300 requests: a third node is approved, and
+// of each stuck node only the newest request is a candidate.
+func TestOneNodesPileOfRequestsBlocksNobody(t *testing.T) {
+	var objs []runtime.Object
+	base := time.Now().Add(-48 * time.Hour)
+	for i := 0; i < 150; i++ {
+		for _, stuck := range []struct{ node, ip string }{{"w1", "192.0.2.99"}, {"w2", "192.0.2.98"}} {
+			c := csr(t, fmt.Sprintf("csr-%s-%03d", stuck.node, i), stuck.node, stuck.ip, signer)
+			c.UID = types.UID(c.Name)
+			c.CreationTimestamp = metav1.NewTime(base.Add(time.Duration(i) * 15 * time.Minute))
+			objs = append(objs, c)
+		}
+	}
+	third := csr(t, "csr-w3", "w3", "192.0.2.13", signer)
+	third.UID = "csr-w3"
+	objs = append(objs, third)
+	e := start(t, controller.Config{FloodRetry: time.Hour}, true, objs...)
+	e.inv.Replace(map[string]inventory.Entry{
+		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
+		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
+		"w3": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}},
+	})
+	e.ctrl.EnqueueAll()
+	e.waitFor("csr-w3", "approved despite 300 pending requests of two stuck nodes", approved)
+	// The stuck nodes' newest requests were evaluated (refused for their
+	// address); every older one was superseded, never evaluated.
+	deadline := time.Now().Add(10 * time.Second)
+	for decisions(t, e.reg, "superseded") < 298 {
+		if time.Now().After(deadline) {
+			t.Fatalf("superseded decisions %v, want 298 (all but each stuck node's newest)", decisions(t, e.reg, "superseded"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := decisions(t, e.reg, "deferred"); v != 0 {
+		t.Errorf("deferred decisions %v: the flood guard held back approvals for two identities", v)
+	}
+}
+
+// TestFloodGuardCountsIdentitiesNotRequests: a burst of distinct identities
+// still trips the guard.
+func TestFloodGuardCountsIdentitiesNotRequests(t *testing.T) {
+	a1 := csr(t, "csr-a1", "w1", "192.0.2.11", signer)
+	a1.UID = "a1"
+	a2 := csr(t, "csr-a2", "w1", "192.0.2.11", signer)
+	a2.UID = "a2"
+	a2.CreationTimestamp = metav1.NewTime(a1.CreationTimestamp.Add(time.Minute))
+	// Two requests of one node: one identity, under a limit of 2.
+	e := start(t, controller.Config{MaxPending: 2, FloodRetry: time.Hour}, true, a1, a2)
+	e.waitFor("csr-a2", "approved (one identity is under the limit of 2)", approved)
+	if approved(e.get("csr-a1")) {
+		t.Error("the older, superseded request of w1 was approved too")
 	}
 }

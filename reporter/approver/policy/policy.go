@@ -44,6 +44,7 @@ const (
 	RuleNodeNotInInventory   Rule = "NodeNotInInventory"
 	RuleAddressClaimed       Rule = "AddressClaimedByOtherNode"
 	RuleFloodGuard           Rule = "FloodGuard"
+	RuleSuperseded           Rule = "SupersededByNewerRequest"
 	nodeUserPrefix                = "system:node:"
 	nodesGroup                    = "system:nodes"
 )
@@ -53,7 +54,7 @@ var Rules = []Rule{
 	RuleWrongSigner, RuleUsernameNotNode, RuleGroupsMissingNodes, RuleRequestNotOnePEM, RuleRequestUnparseable,
 	RuleRequestSignature, RuleSubjectCN, RuleSubjectOrg, RuleUsages, RuleNoSAN, RuleEmailOrURISAN, RuleSANDenied,
 	RuleDNSSANNotInInventory, RuleIPSANNotInInventory, RuleIPSANNotAllowed, RuleExpirationTooLong,
-	RuleNodeNotInInventory, RuleAddressClaimed, RuleFloodGuard,
+	RuleNodeNotInInventory, RuleAddressClaimed, RuleFloodGuard, RuleSuperseded,
 }
 
 // Config is the operator's policy.
