@@ -168,7 +168,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}))
 	csrFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			// Anyone who may create CSRs can set the label; only the
+			// kubelet-serving signer's are cached (the approver corrects
+			// the label on those), so others cannot fill this cache.
 			o.LabelSelector = labels.Set{csrmatch.NodeLabel: a.cfg.NodeName}.String()
+			o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", csrmatch.SignerName).String()
 		}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()

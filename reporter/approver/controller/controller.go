@@ -302,15 +302,23 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 }
 
 // label sets certready.io/node=<name> from spec.username when it is a
-// node's, so that each agent can watch only its own CSRs.
+// node's, so that each agent can watch only its own CSRs, and removes the
+// label from a CSR whose requester is no node: anyone who may create CSRs
+// can set it, to fill a victim agent's cache.
 func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
-	node, ok := nodeOf(csr)
-	if !ok || csr.Labels[csrmatch.NodeLabel] == node {
+	node, isNode := nodeOf(csr)
+	current, labelled := csr.Labels[csrmatch.NodeLabel]
+	if (isNode && current == node) || (!isNode && !labelled) {
 		return csr, nil
 	}
 	api := c.client.CertificatesV1().CertificateSigningRequests()
 	out, err := c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
-		if cur.Labels[csrmatch.NodeLabel] == node {
+		v, has := cur.Labels[csrmatch.NodeLabel]
+		switch {
+		case !isNode && has:
+			delete(cur.Labels, csrmatch.NodeLabel)
+			return true
+		case !isNode || v == node:
 			return false
 		}
 		if cur.Labels == nil {

@@ -485,3 +485,22 @@ func TestFloodGuardCountsIdentitiesNotRequests(t *testing.T) {
 		t.Error("the older, superseded request of w1 was approved too")
 	}
 }
+
+// TestSpoofedNodeLabelsAreCorrected: the certready.io/node label says whose
+// agent watches a CSR. A non-node requester's label is removed; a node's
+// label naming another node is set to the requester.
+func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
+	byUser := csr(t, "csr-spoof-user", "w1", "192.0.2.11", signer)
+	byUser.Spec.Username = "mallory"
+	byUser.Labels = map[string]string{csrmatch.NodeLabel: "w2"}
+	byNode := csr(t, "csr-spoof-node", "w1", "192.0.2.99", signer)
+	byNode.Labels = map[string]string{csrmatch.NodeLabel: "w2"}
+	e := start(t, controller.Config{}, true, byUser, byNode)
+	e.waitFor("csr-spoof-user", "unlabelled", func(c *certv1.CertificateSigningRequest) bool {
+		_, has := c.Labels[csrmatch.NodeLabel]
+		return !has
+	})
+	e.waitFor("csr-spoof-node", "labelled with its requester", func(c *certv1.CertificateSigningRequest) bool {
+		return c.Labels[csrmatch.NodeLabel] == "w1"
+	})
+}
