@@ -3,6 +3,7 @@ package taint_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,8 +90,10 @@ func TestParseTaint(t *testing.T) {
 
 func TestPatch(t *testing.T) {
 	now := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	softKey := soft.Key
 	cases := []struct {
 		name   string
+		soft   bool // with the soft taint configured
 		node   *corev1.Node
 		want   bool
 		remain []string
@@ -107,10 +110,23 @@ func TestPatch(t *testing.T) {
 		{name: "heartbeat from a node clock ahead is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(time.Minute)), want: true, remain: []string{}},
 		{name: "same key, other value: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "quarantine", Effect: corev1.TaintEffectNoSchedule})},
 		{name: "same key, other effect: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "pending", Effect: corev1.TaintEffectNoExecute})},
+
+		// With the soft (PreferNoSchedule) taint.
+		{name: "soft: new node (no condition): soft taint added beside the startup taint", soft: true, node: node("a", "", key), want: true, remain: []string{key, softKey}},
+		{name: "soft: condition True: soft taint added", soft: true, node: node("a", corev1.ConditionTrue), want: true, remain: []string{softKey}},
+		{name: "soft: condition True, soft taint there: nothing to do", soft: true, node: retaint(node("a", corev1.ConditionTrue), soft)},
+		{name: "soft: fresh False: both taints go in one patch", soft: true, node: retaint(node("a", corev1.ConditionFalse, key), soft), want: true, remain: []string{}},
+		{name: "soft: fresh False, untainted: nothing to do", soft: true, node: node("a", corev1.ConditionFalse)},
+		{name: "soft: stale False: soft taint back, startup taint not added", soft: true, node: stale(node("a", corev1.ConditionFalse), now.Add(-time.Hour)), want: true, remain: []string{softKey}},
+		{name: "soft: someone else's PreferNoSchedule of another value is kept", soft: true, node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: softKey, Value: "other", Effect: corev1.TaintEffectPreferNoSchedule})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, ok, err := taint.Patch(tc.node, cfg, now)
+			c := cfg
+			if tc.soft {
+				c.SoftTaint = soft
+			}
+			p, ok, err := taint.Patch(tc.node, c, now)
 			if err != nil || ok != tc.want {
 				t.Fatalf("ok=%v err=%v, want %v", ok, err, tc.want)
 			}
@@ -121,16 +137,24 @@ func TestPatch(t *testing.T) {
 			if got.Metadata.ResourceVersion != "42" {
 				t.Errorf("no optimistic lock: %s", p)
 			}
-			if got.Metadata.Annotations[taint.CompletedAnnotation] != "2026-11-30T03:00:00Z" {
-				t.Errorf("annotations %v", got.Metadata.Annotations)
-			}
-			if len(got.Spec.Taints) != len(tc.remain) {
-				t.Fatalf("taints %v, want %v", got.Spec.Taints, tc.remain)
-			}
-			for i, k := range tc.remain {
-				if got.Spec.Taints[i].Key != k {
-					t.Errorf("taint %d = %s, want %s", i, got.Spec.Taints[i].Key, k)
+			keys := []string{}
+			for _, tt := range got.Spec.Taints {
+				keys = append(keys, tt.Key)
+				if tt.Key == softKey && tt.Effect != corev1.TaintEffectPreferNoSchedule {
+					t.Errorf("soft taint with effect %s", tt.Effect)
 				}
+			}
+			if strings.Join(keys, ",") != strings.Join(tc.remain, ",") {
+				t.Errorf("taints %v, want %v", keys, tc.remain)
+			}
+			// The completion mark comes with the startup taint's removal only.
+			lifted := len(tc.node.Spec.Taints) > 0 && tc.node.Spec.Taints[0].Key == key && !slices.Contains(keys, key)
+			want := ""
+			if lifted {
+				want = "2026-11-30T03:00:00Z"
+			}
+			if got.Metadata.Annotations[taint.CompletedAnnotation] != want {
+				t.Errorf("annotations %v, want the completion mark %q", got.Metadata.Annotations, want)
 			}
 		})
 	}
@@ -207,57 +231,6 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 }
 
 var soft = corev1.Taint{Key: "readiness.k8s.io/KubeletServingCertUnproven", Value: "pending", Effect: corev1.TaintEffectPreferNoSchedule}
-
-func TestPatchSoftTaint(t *testing.T) {
-	now := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
-	withSoft := cfg
-	withSoft.SoftTaint = soft
-	softKey := soft.Key
-	cases := []struct {
-		name   string
-		node   *corev1.Node
-		want   bool
-		remain []string
-	}{
-		{name: "new node (no condition): soft taint added beside the startup taint", node: node("a", "", key), want: true, remain: []string{key, softKey}},
-		{name: "condition True: soft taint added", node: node("a", corev1.ConditionTrue), want: true, remain: []string{softKey}},
-		{name: "condition True, soft taint there: nothing to do", node: retaint(node("a", corev1.ConditionTrue), soft)},
-		{name: "fresh False: both taints go in one patch", node: retaint(node("a", corev1.ConditionFalse, key), soft), want: true, remain: []string{}},
-		{name: "fresh False, untainted: nothing to do", node: node("a", corev1.ConditionFalse)},
-		{name: "stale False: soft taint back, startup taint not added", node: stale(node("a", corev1.ConditionFalse), now.Add(-time.Hour)), want: true, remain: []string{softKey}},
-		{name: "someone else's PreferNoSchedule of another value is kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: softKey, Value: "other", Effect: corev1.TaintEffectPreferNoSchedule}),
-			want: false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p, ok, err := taint.Patch(tc.node, withSoft, now)
-			if err != nil || ok != tc.want {
-				t.Fatalf("ok=%v err=%v, want %v", ok, err, tc.want)
-			}
-			if !ok {
-				return
-			}
-			got := decode(t, p)
-			if got.Metadata.ResourceVersion != "42" {
-				t.Errorf("no optimistic lock: %s", p)
-			}
-			var keys []string
-			for _, tt := range got.Spec.Taints {
-				keys = append(keys, tt.Key)
-				if tt.Key == softKey && tt.Effect != corev1.TaintEffectPreferNoSchedule {
-					t.Errorf("soft taint with effect %s", tt.Effect)
-				}
-			}
-			if strings.Join(keys, ",") != strings.Join(tc.remain, ",") {
-				t.Errorf("taints %v, want %v", keys, tc.remain)
-			}
-			lifted := len(tc.node.Spec.Taints) > 0 && tc.node.Spec.Taints[0].Key == key && !strings.Contains(strings.Join(keys, ","), key)
-			if lifted != (got.Metadata.Annotations[taint.CompletedAnnotation] != "") {
-				t.Errorf("completion annotation %v with the startup taint lifted=%v", got.Metadata.Annotations, lifted)
-			}
-		})
-	}
-}
 
 // TestSoftTaintReturnsWhenTheConditionGoesStale: staleness comes with no
 // event; the remover looks again when a fresh False is due to go stale.
