@@ -145,7 +145,24 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return fmt.Errorf("caches did not sync")
 	}
 	if startInventory != nil {
-		go startInventory(ctx, ctrl.EnqueueAll)
+		healthy := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_approver_inventory_healthy",
+			Help: "1 while the last load of the desired-state inventory (file or ConfigMap) succeeded; 0 while it is missing, deleted or broken and the last good one is in use.",
+		})
+		if err := reg.Register(healthy); err != nil {
+			return err
+		}
+		if strings.HasPrefix(o.InventorySpec, "file:") {
+			healthy.Set(1) // loaded at start-up, or the process stopped there
+		}
+		go startInventory(ctx, func(err error) {
+			if err != nil {
+				healthy.Set(0)
+				return
+			}
+			healthy.Set(1)
+			ctrl.EnqueueAll()
+		})
 	}
 	ready.Set(true, "")
 	logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", endpoints.Addresses(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
@@ -209,8 +226,9 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 }
 
 // buildInventory returns the source and, for watched sources, a function
-// that keeps it current and calls changed after each reload.
-func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister, nodeIndex cache.Indexer) (inventory.Source, func(context.Context, func()), error) {
+// that keeps it current and calls changed after each reload (with the
+// reload's error: the previous inventory is then kept).
+func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister, nodeIndex cache.Indexer) (inventory.Source, func(context.Context, func(error)), error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "", "node":
@@ -227,12 +245,12 @@ func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.
 			return nil, nil, fmt.Errorf("--inventory=%s: %w", spec, err)
 		}
 		src := inventory.NewStatic("file "+arg, m)
-		return src, func(ctx context.Context, changed func()) {
-			_ = inventory.WatchFile(ctx, arg, src, func(err error) {
-				if err == nil {
-					changed()
-				}
-			})
+		return src, func(ctx context.Context, changed func(error)) {
+			if err := inventory.WatchFile(ctx, arg, src, changed); err != nil {
+				// Never a silent freeze: without file events, poll.
+				klog.FromContext(ctx).Error(err, "Cannot watch the inventory file; polling it every 10s instead", "file", arg)
+				inventory.PollFile(ctx, arg, src, 10*time.Second, changed)
+			}
 		}, nil
 	case "configmap":
 		ns, name, ok := strings.Cut(arg, "/")
@@ -240,37 +258,10 @@ func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.
 			return nil, nil, fmt.Errorf("--inventory=%s: want configmap:<namespace>/<name>", spec)
 		}
 		src := inventory.NewStatic("ConfigMap "+arg, map[string]inventory.Entry{})
-		return src, func(ctx context.Context, changed func()) {
-			watchConfigMap(ctx, client, ns, name, src, changed)
+		return src, func(ctx context.Context, changed func(error)) {
+			inventory.WatchConfigMap(ctx, client, ns, name, src, changed)
 		}, nil
 	}
 	return nil, nil, fmt.Errorf("--inventory=%s: want node, configmap:<namespace>/<name> or file:<path>", spec)
 }
 
-func watchConfigMap(ctx context.Context, client kubernetes.Interface, ns, name string, src *inventory.Static, changed func()) {
-	logger := klog.FromContext(ctx).WithValues("configmap", ns+"/"+name)
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	load := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
-		}
-		m, err := inventory.FromConfigMap(cm)
-		if err != nil {
-			logger.Error(err, "Inventory ConfigMap rejected; keeping the previous inventory")
-			return
-		}
-		src.Replace(m)
-		logger.Info("Inventory loaded", "nodes", len(m))
-		changed()
-	}
-	_, _ = f.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: load, UpdateFunc: func(_, o any) { load(o) },
-	})
-	f.Start(ctx.Done())
-	<-ctx.Done()
-	f.Shutdown()
-}
