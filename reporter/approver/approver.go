@@ -264,4 +264,3 @@ func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.
 	}
 	return nil, nil, fmt.Errorf("--inventory=%s: want node, configmap:<namespace>/<name> or file:<path>", spec)
 }
-
