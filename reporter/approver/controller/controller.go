@@ -94,7 +94,6 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		cfg:      cfg,
 		client:   client,
 		csrs:     certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
-		synced:   csrInformer.HasSynced,
 		recorder: recorder,
 		recorded: map[string]policy.Rule{},
 		pending:  newPendingSet(),
@@ -106,7 +105,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-approver"}),
 	}
 	c.metrics = newMetrics(reg, c)
-	_, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handler, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 				c.pending.observe(csr, false)
@@ -132,7 +131,14 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 			}
 		},
 	})
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	// Synced once the handler has seen every CSR of the initial list, not
+	// merely once the cache holds them: the pending set must know a node's
+	// newer request before its older one is decided.
+	c.synced = handler.HasSynced
+	return c, nil
 }
 
 func (c *Controller) enqueue(obj any) {
