@@ -31,6 +31,8 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.PKIDir, "kubelet-pki-dir", certfile.DefaultDir, "The kubelet's --cert-dir. Mount it at this same path: the kubelet's symlink target is absolute.")
 	fs.StringVar(&cfg.CAFile, "ca-file", serviceAccountCA, "PEM bundle of the CA that signs kubelet serving certificates.")
 	fs.IntVar(&cfg.KubeletPort, "kubelet-port", 0, "Kubelet port to probe. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
+	var addrTypes string
+	fs.StringVar(&addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "The API server's --kubelet-preferred-address-types: it dials the node's first address of these types, so the certificate must cover that one (kubeadm's order by default).")
 	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "Node condition type to publish.")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", agent.Config{}.Defaults().Heartbeat, "Rewrite an unchanged condition at least this often (lastHeartbeatTime).")
 	fs.DurationVar(&cfg.Resync, "resync", agent.Config{}.Defaults().Resync, "Re-check at least this often, besides file, Node and CSR events.")
@@ -45,6 +47,12 @@ func runAgent(ctx context.Context, args []string) int {
 		return code
 	}
 	cfg.ConditionType = corev1.NodeConditionType(condType)
+	types, err := agent.ParseAddressTypes(addrTypes)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "certready agent: --kubelet-preferred-address-types: %v\n", err)
+		return 2
+	}
+	cfg.PreferredAddressTypes = types
 	logger := klog.FromContext(ctx)
 
 	client, err := kf.client("certready-agent/" + version)

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,13 +47,17 @@ const DefaultKubeletPort = 10250
 
 // Config is the agent's configuration; Defaults fills the zero values.
 type Config struct {
-	NodeName      string
-	PKIDir        string
-	CAFile        string
-	KubeletPort   int // 0: the Node's daemonEndpoints, else 10250
-	ConditionType corev1.NodeConditionType
-	Heartbeat     time.Duration
-	Resync        time.Duration
+	NodeName    string
+	PKIDir      string
+	CAFile      string
+	KubeletPort int // 0: the Node's daemonEndpoints, else 10250
+	// PreferredAddressTypes is the API server's
+	// --kubelet-preferred-address-types: which address of the node it
+	// dials, and so which one the certificate must cover.
+	PreferredAddressTypes []corev1.NodeAddressType
+	ConditionType         corev1.NodeConditionType
+	Heartbeat             time.Duration
+	Resync                time.Duration
 	// Settle is how long a state that a healthy rotation passes through
 	// (file briefly absent, kubelet still serving the previous certificate)
 	// must persist before it is published.
@@ -274,7 +279,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.writerUID = node.UID
 	}
 	now := a.now()
-	in := verdict.Input{Node: NodeInfo(node), Now: now}
+	in := verdict.Input{Node: NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now}
 	in.CA, in.CAErr = LoadCA(a.cfg.CAFile)
 
 	start := time.Now()
@@ -374,18 +379,44 @@ func KubeletPort(flag int, node *corev1.Node) int {
 }
 
 // EndpointTarget says where the kubelet port of in.Node is dialled and which
-// name its certificate must carry: the first InternalIP, verified as that
-// IP, or as the node name for a DNS-only certificate (or when the node has
-// no InternalIP, which is then also the host dialled).
+// name its certificate must carry: the first InternalIP is dialled (else the
+// API server's address, else the node name), and the certificate is
+// verified for the address the API server dials (in.Node.Dial). Without
+// one: the InternalIP, or the node name for a DNS-only certificate.
 func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
 	host, name := in.Node.Name, in.Node.Name
+	if in.Node.Dial != "" {
+		host = in.Node.Dial
+	}
 	if len(in.Node.InternalIPs) > 0 {
 		host = in.Node.InternalIPs[0].String()
 		if in.File.Leaf != nil && len(in.File.Leaf.IPAddresses) > 0 {
 			name = host
 		}
 	}
+	if in.Node.Dial != "" {
+		name = in.Node.Dial
+	}
 	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout}
+}
+
+// DefaultPreferredAddressTypes is kubeadm's --kubelet-preferred-address-types
+// for the API server: the order in which it picks a node's address to dial.
+var DefaultPreferredAddressTypes = []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName}
+
+// ParseAddressTypes reads a --kubelet-preferred-address-types value.
+func ParseAddressTypes(s string) ([]corev1.NodeAddressType, error) {
+	var out []corev1.NodeAddressType
+	for _, part := range strings.Split(s, ",") {
+		t := corev1.NodeAddressType(strings.TrimSpace(part))
+		switch t {
+		case corev1.NodeHostName, corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+			out = append(out, t)
+		default:
+			return nil, fmt.Errorf("%q is not an address type (Hostname, InternalIP, ExternalIP, InternalDNS, ExternalDNS)", part)
+		}
+	}
+	return out, nil
 }
 
 // untilBoundary is the time until the certificate's next validity edge
@@ -403,8 +434,10 @@ func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
 	return d
 }
 
-// NodeInfo is what the verdict needs of a Node: its name and InternalIPs.
-func NodeInfo(n *corev1.Node) verdict.Node {
+// NodeInfo is what the verdict needs of a Node: its name, InternalIPs and
+// the address the API server dials, the first one found in preferred
+// (DefaultPreferredAddressTypes when empty), as the API server picks it.
+func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
 	info := verdict.Node{Name: n.Name}
 	for _, addr := range n.Status.Addresses {
 		if addr.Type != corev1.NodeInternalIP {
@@ -412,6 +445,20 @@ func NodeInfo(n *corev1.Node) verdict.Node {
 		}
 		if ip, err := netip.ParseAddr(addr.Address); err == nil {
 			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
+		}
+	}
+	if len(preferred) == 0 {
+		preferred = DefaultPreferredAddressTypes
+	}
+	for _, t := range preferred {
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == t && addr.Address != "" {
+				info.Dial, info.DialType = addr.Address, string(t)
+				if ip, err := netip.ParseAddr(addr.Address); err == nil {
+					info.Dial = ip.Unmap().String()
+				}
+				return info
+			}
 		}
 	}
 	return info

@@ -57,7 +57,7 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 			for _, a := range tc.addrs {
 				node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
 			}
-			in := verdict.Input{Node: agent.NodeInfo(node), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
+			in := verdict.Input{Node: agent.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
 			target := agent.EndpointTarget(in, port, 5*time.Second)
 			if want := tc.wantAddr + ":" + strconv.Itoa(port); target.Addr != want {
 				t.Fatalf("probe dials %s, want %s", target.Addr, want)

@@ -77,13 +77,20 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 		if node, err = o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err != nil {
 			return verdict.Verdict{}, fmt.Errorf("reading node %s: %w", o.NodeName, err)
 		}
+		info := agent.NodeInfo(node, nil)
 		if len(in.Node.InternalIPs) == 0 {
-			in.Node.InternalIPs = agent.NodeInfo(node).InternalIPs
+			in.Node.InternalIPs = info.InternalIPs
 		}
+		in.Node.Dial, in.Node.DialType = info.Dial, info.DialType
 	}
 	port := agent.KubeletPort(o.KubeletPort, node)
 	if len(in.Node.InternalIPs) == 0 {
 		return verdict.Verdict{}, fmt.Errorf("no node IP: pass --node-ip or API credentials")
+	}
+	if in.Node.Dial == "" {
+		// Without the Node object: the API server dials the InternalIP first
+		// (kubeadm's --kubelet-preferred-address-types).
+		in.Node.Dial, in.Node.DialType = in.Node.InternalIPs[0].String(), string(corev1.NodeInternalIP)
 	}
 	in.CA, in.CAErr = agent.LoadCA(o.CAFile)
 	in.File = certfile.Read(o.PKIDir)

@@ -61,6 +61,13 @@ type Input struct {
 type Node struct {
 	Name        string
 	InternalIPs []netip.Addr
+	// Dial is the address the API server dials for logs, exec and
+	// port-forward (the first of the node's addresses in its
+	// --kubelet-preferred-address-types order): an IP or a DNS name the
+	// certificate must cover. Empty: not known.
+	Dial string
+	// DialType names Dial's address type, for messages.
+	DialType string
 }
 
 // CSREvidence is what the CSRs say, plus the proofs that survive the
@@ -197,10 +204,11 @@ func (e *evaluation) certificate() (Verdict, bool) {
 // coverage says what the certificate's SANs fail to cover, or "".
 func coverage(leaf *x509.Certificate, n Node) string {
 	if len(leaf.IPAddresses) == 0 {
-		// A DNS-only certificate must name the node.
+		// A DNS-only certificate must name the node, and the address the
+		// API server dials.
 		for _, d := range leaf.DNSNames {
 			if strings.EqualFold(strings.TrimSuffix(d, "."), n.Name) {
-				return ""
+				return dialCoverage(leaf, n)
 			}
 		}
 		return fmt.Sprintf("has no IP SAN and no DNS SAN %q", n.Name)
@@ -220,7 +228,29 @@ func coverage(leaf *x509.Certificate, n Node) string {
 			return fmt.Sprintf("does not cover the node's InternalIP %s (SANs: %s)", want, sans(leaf))
 		}
 	}
-	return ""
+	return dialCoverage(leaf, n)
+}
+
+// dialCoverage says whether the certificate fails to cover n.Dial, the
+// address the API server verifies it against, or "".
+func dialCoverage(leaf *x509.Certificate, n Node) string {
+	if n.Dial == "" {
+		return ""
+	}
+	if want, err := netip.ParseAddr(n.Dial); err == nil {
+		for _, ip := range leaf.IPAddresses {
+			if got, ok := netip.AddrFromSlice(ip); ok && got.Unmap() == want.Unmap() {
+				return ""
+			}
+		}
+	} else {
+		for _, d := range leaf.DNSNames {
+			if strings.EqualFold(strings.TrimSuffix(d, "."), strings.TrimSuffix(n.Dial, ".")) {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("does not cover %s, the %s address the API server dials for logs and exec (SANs: %s)", n.Dial, n.DialType, sans(leaf))
 }
 
 func (e *evaluation) csr() (Verdict, bool) {

@@ -71,7 +71,7 @@ func presented(p *testpki.Pair) *probe.Result {
 // ready is an input that passes every check; cases change one thing.
 func (f *fixture) ready() verdict.Input {
 	return verdict.Input{
-		Node:     verdict.Node{Name: "w1", InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
+		Node:     verdict.Node{Name: "w1", InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}, Dial: "192.0.2.11", DialType: "InternalIP"},
 		Now:      now,
 		CA:       f.ca.Pool(),
 		File:     observed(f.good),
@@ -186,10 +186,37 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: "2001:db8::11",
 		},
 		{
-			name: "DNS-only certificate naming the node passes",
+			name: "DNS-only certificate naming the node passes where the API server dials the node name",
 			mutate: func(in *verdict.Input) {
 				p := f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"W1."}})
 				in.File, in.Endpoint = observed(p), presented(p)
+				in.Node.Dial, in.Node.DialType = "w1", "Hostname"
+			},
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready,
+		},
+		{
+			name: "DNS-only certificate where the API server dials the InternalIP: logs and exec would fail",
+			mutate: func(in *verdict.Input) {
+				p := f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"w1"}})
+				in.File, in.Endpoint = observed(p), presented(p)
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch,
+			wantText: "does not cover 192.0.2.11, the InternalIP address the API server dials",
+		},
+		{
+			name: "IP certificate where the API server dials a hostname it lacks",
+			mutate: func(in *verdict.Input) {
+				in.Node.Dial, in.Node.DialType = "w1.example.com", "Hostname"
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch,
+			wantText: "does not cover w1.example.com, the Hostname address",
+		},
+		{
+			name: "IP certificate with the hostname the API server dials, case and dot aside",
+			mutate: func(in *verdict.Input) {
+				p := f.issue(t, f.ca, testpki.Serving{IPs: []net.IP{net.ParseIP("192.0.2.11")}, DNSNames: []string{"W1.Example.com"}})
+				in.File, in.Endpoint = observed(p), presented(p)
+				in.Node.Dial, in.Node.DialType = "w1.example.com.", "Hostname"
 			},
 			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready,
 		},
@@ -349,6 +376,7 @@ func TestEvaluateWithARealProbe(t *testing.T) {
 	addr := testpki.ServeTLS(t, p)
 	in := f.ready()
 	in.Node.InternalIPs = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	in.Node.Dial = "127.0.0.1"
 	in.File = observed(p)
 	res := probe.Probe(context.Background(), probe.Target{Addr: addr, ServerName: "127.0.0.1", Roots: f.ca.Pool()})
 	in.Endpoint = &res
