@@ -785,6 +785,56 @@ func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
 	}
 }
 
+// A spoofed certready.io/node label: anyone who may create CSRs can label
+// one for a victim node, to fill that node's agent's cache. Created by a
+// requester that is no node (here the admin), the label is removed by the
+// approver; created by another node, it is set to that node.
+func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	victim, other := cluster.Workers()[0], cluster.Workers()[1]
+	for _, tc := range []struct {
+		user   string
+		groups []string
+		node   string // the CSR's subject node
+		want   string // the label the approver leaves ("": none)
+	}{
+		{"", nil, victim.Name, ""}, // the admin: any requester that is no node
+		{"system:node:" + other.Name, []string{"system:nodes", "system:authenticated"}, other.Name, other.Name},
+	} {
+		cfg := rest.CopyConfig(cluster.AdminConfig())
+		if tc.user != "" {
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: tc.user, Groups: tc.groups}
+		}
+		as, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr, _, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-spoof-", Labels: map[string]string{"certready.io/node": victim.Name}}, tc.node, "192.0.2.250")
+		if err != nil {
+			t.Fatal(err)
+		}
+		created, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating a labelled CSR as %s: %v", tc.user, err)
+		}
+		t.Cleanup(func() {
+			_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+		})
+		var got map[string]string
+		if err := localcluster.Poll(ctx, time.Minute, fmt.Sprintf("the label of %s (by %s) corrected to %q", created.Name, tc.user, tc.want), func() (bool, error) {
+			c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, created.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			got = c.Labels
+			return c.Labels["certready.io/node"] == tc.want, nil
+		}); err != nil {
+			t.Fatalf("%v; labels %v", err, got)
+		}
+		t.Logf("CSR by %q (empty: the admin) labelled for %s: label now %q", tc.user, victim.Name, got["certready.io/node"])
+	}
+}
+
 // The safe rollout's preflight, as an operator runs it with a kubeconfig:
 // a node no agent reports on (here a Node object without a kubelet, as a
 // Windows node or one with another kubelet directory looks) would stay
