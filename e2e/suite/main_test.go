@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
@@ -215,15 +216,42 @@ func nodeClient(t *testing.T, name string) kubernetes.Interface {
 // and returns the CSR's name and the private key.
 func requestServingCert(t *testing.T, ctx context.Context, name string, ips ...string) (string, *ecdsa.PrivateKey) {
 	t.Helper()
-	csr, key, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-" + name + "-"}, name, ips...)
+	created, key := createServingCSR(t, ctx, nodeClient(t, name), "node "+name, metav1.ObjectMeta{GenerateName: "e2e-" + name + "-"}, name, ips...)
+	return created.Name, key
+}
+
+// createServingCSR creates, with cs (acting as who), a kubelet-serving CSR
+// for node and ips, as a kubelet builds it.
+func createServingCSR(t *testing.T, ctx context.Context, cs kubernetes.Interface, who string, meta metav1.ObjectMeta, node string, ips ...string) (*certv1.CertificateSigningRequest, *ecdsa.PrivateKey) {
+	t.Helper()
+	csr, key, err := localcluster.KubeletServingCSR(meta, node, ips...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := nodeClient(t, name).CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+	created, err := cs.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("creating a CSR as node %s: %v", name, err)
+		t.Fatalf("creating a CSR as %s: %v", who, err)
 	}
-	return created.Name, key
+	return created, key
+}
+
+// impersonating acts as the admin impersonating user in groups.
+func impersonating(t *testing.T, user string, groups ...string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(cluster.AdminConfig())
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// deleteCSRAtCleanup deletes the CSR name when the test ends.
+func deleteCSRAtCleanup(t *testing.T, name string) {
+	t.Cleanup(func() {
+		_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 func csrCondition(c *certv1.CertificateSigningRequest, typ certv1.RequestConditionType) *certv1.CertificateSigningRequestCondition {

@@ -741,23 +741,10 @@ func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
 		if got := node(t, ctx, tc.node); len(got.Status.Addresses) == 0 || got.Status.Addresses[0].Address != tc.ip {
 			t.Fatalf("Node %s reports %+v, want %s", tc.node, got.Status.Addresses, tc.ip)
 		}
-		cfg := rest.CopyConfig(cluster.AdminConfig())
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + tc.node, Groups: []string{"system:nodes", "system:authenticated"}}
-		as, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		csr, _, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-" + tc.node + "-"}, tc.node, tc.ip)
-		if err != nil {
-			t.Fatal(err)
-		}
-		created, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("creating a CSR as system:node:%s: %v", tc.node, err)
-		}
-		t.Cleanup(func() {
-			_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-		})
+		user := "system:node:" + tc.node
+		created, _ := createServingCSR(t, ctx, impersonating(t, user, "system:nodes", "system:authenticated"), user,
+			metav1.ObjectMeta{GenerateName: "e2e-" + tc.node + "-"}, tc.node, tc.ip)
+		deleteCSRAtCleanup(t, created.Name)
 		var msg string
 		if err := localcluster.Poll(ctx, time.Minute, "a Warning "+tc.rule+" on "+created.Name, func() (bool, error) {
 			evs, err := cluster.Clientset().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + created.Name})
@@ -801,25 +788,13 @@ func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 		{"", nil, victim.Name, ""}, // the admin: any requester that is no node
 		{"system:node:" + other.Name, []string{"system:nodes", "system:authenticated"}, other.Name, other.Name},
 	} {
-		cfg := rest.CopyConfig(cluster.AdminConfig())
+		as, who := cluster.Clientset(), "the admin"
 		if tc.user != "" {
-			cfg.Impersonate = rest.ImpersonationConfig{UserName: tc.user, Groups: tc.groups}
+			as, who = impersonating(t, tc.user, tc.groups...), tc.user
 		}
-		as, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		csr, _, err := localcluster.KubeletServingCSR(metav1.ObjectMeta{GenerateName: "e2e-spoof-", Labels: map[string]string{"certready.io/node": victim.Name}}, tc.node, "192.0.2.250")
-		if err != nil {
-			t.Fatal(err)
-		}
-		created, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("creating a labelled CSR as %s: %v", tc.user, err)
-		}
-		t.Cleanup(func() {
-			_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-		})
+		created, _ := createServingCSR(t, ctx, as, who,
+			metav1.ObjectMeta{GenerateName: "e2e-spoof-", Labels: map[string]string{"certready.io/node": victim.Name}}, tc.node, "192.0.2.250")
+		deleteCSRAtCleanup(t, created.Name)
 		var got map[string]string
 		if err := localcluster.Poll(ctx, time.Minute, fmt.Sprintf("the label of %s (by %s) corrected to %q", created.Name, tc.user, tc.want), func() (bool, error) {
 			c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, created.Name, metav1.GetOptions{})
