@@ -1,12 +1,15 @@
 //go:build tools
 
-// Package tools pins the Kubernetes components the local cluster builds.
+// Package tools pins the Kubernetes components the local cluster builds,
+// and the two more the offline kind node image needs (kubeadm, kube-proxy).
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
