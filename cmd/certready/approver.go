@@ -32,7 +32,8 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write.")
 	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
 	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
-	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "The API server's own addresses, never approved as SANs. $KUBERNETES_SERVICE_HOST and the endpoints of the default/kubernetes EndpointSlice (watched) are added automatically; name here only addresses that are in neither (a load balancer in front of the API servers).")
+	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own (a load balancer or VIP in front of the API servers), never approved as SANs. $KUBERNETES_SERVICE_HOST is added automatically; the endpoints of the default/kubernetes EndpointSlice are watched and approved only for a node labelled --apiserver-host-label, and only its own.")
+	fs.StringVar(&o.APIServerHostLabel, "apiserver-host-label", approver.DefaultAPIServerHostLabel, "Label (key) of the Nodes that host an API server: on kubeadm and kind the API server listens on its control-plane node's address, and only such a node may have that address in its serving certificate. Must be one kubelets cannot set on themselves (node-role.kubernetes.io/ or node-restriction.kubernetes.io/). Empty: no node may.")
 	fs.StringSliceVar(&o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "The API server's external DNS names (e.g. the load balancer's), never approved as SANs. kubernetes, kubernetes.default* and *.svc* are always refused.")
 	fs.BoolVar(&o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
 	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
@@ -89,6 +90,9 @@ func runApprover(ctx context.Context, args []string) int {
 			return fail(fmt.Errorf("--apiserver-ips: %q is not an IP address", s))
 		}
 		o.Controller.Policy.DenyIPs = append(o.Controller.Policy.DenyIPs, ip)
+	}
+	if err := approver.ValidateAPIServerHostLabel(o.APIServerHostLabel); err != nil {
+		return fail(fmt.Errorf("--apiserver-host-label: %w", err))
 	}
 	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod) {
 		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))

@@ -62,6 +62,24 @@ type Options struct {
 	// SharedAddressesOK turns off the refusal of an address that several
 	// Nodes report (nodes behind one NAT address, for one).
 	SharedAddressesOK bool
+	// APIServerHostLabel marks the Nodes that host an API server (kubeadm
+	// and kind: node-role.kubernetes.io/control-plane, set by the
+	// installer, never by the kubelet: NodeRestriction). Only those may
+	// have their own address in a serving certificate when it is an API
+	// server endpoint. Empty: no node may.
+	APIServerHostLabel string
+}
+
+// DefaultAPIServerHostLabel is the control-plane role label kubeadm sets.
+const DefaultAPIServerHostLabel = "node-role.kubernetes.io/control-plane"
+
+// ValidateAPIServerHostLabel refuses a label a kubelet could set on its
+// own Node: it would let any node vouch for itself as an API server host.
+func ValidateAPIServerHostLabel(key string) error {
+	if key == "" || strings.HasPrefix(key, "node-role.kubernetes.io/") || strings.HasPrefix(key, "node-restriction.kubernetes.io/") {
+		return nil
+	}
+	return fmt.Errorf("label %q can be set by a kubelet on its own Node; use one under node-role.kubernetes.io/ or node-restriction.kubernetes.io/ (NodeRestriction keeps kubelets from setting those), or empty for none", key)
 }
 
 // ErrLostLease is returned when another replica took the Lease: the process
@@ -104,6 +122,18 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return err
 	}
 	o.Controller.APIServerAddresses = endpoints.Addresses
+	if key := o.APIServerHostLabel; key != "" {
+		lister := nodeInformer.Lister()
+		o.Controller.Policy.APIServerHost = func(node string) bool {
+			n, err := lister.Get(node)
+			if err != nil {
+				return false
+			}
+			_, ok := n.Labels[key]
+			return ok
+		}
+		o.Controller.Policy.APIServerHostRule = "label " + key
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(4)
@@ -115,13 +145,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if err != nil {
 		return err
 	}
-	// A node's addresses are its inventory in node mode: re-evaluate its
-	// pending CSRs when they change.
+	// A node's addresses are its inventory in node mode, and the installer
+	// labels a control-plane node after its kubelet first asked:
+	// re-evaluate its pending CSRs when either changes.
+	hostLabel := o.APIServerHostLabel
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { ctrl.EnqueueNode(obj.(*corev1.Node).Name) },
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
-			if !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) {
+			_, was := o.Labels[hostLabel]
+			_, is := n.Labels[hostLabel]
+			if !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) || (hostLabel != "" && was != is) {
 				ctrl.EnqueueNode(n.Name)
 			}
 		},

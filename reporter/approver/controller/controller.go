@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +48,7 @@ type Config struct {
 	// FloodRetry is how soon a CSR held back by the flood guard is retried.
 	FloodRetry time.Duration
 	// APIServerAddresses, when set, returns the API server's current
-	// addresses (its EndpointSlice), denied as SANs like Policy.DenyIPs.
+	// addresses (its EndpointSlice), Policy.APIServerEndpoints.
 	APIServerAddresses func() []netip.Addr
 }
 
@@ -273,7 +272,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	c.metrics.floodGuard.Set(0)
 	pc := c.cfg.Policy
 	if f := c.cfg.APIServerAddresses; f != nil {
-		pc.DenyIPs = append(slices.Clip(pc.DenyIPs), f()...)
+		pc.APIServerEndpoints = f()
 	}
 	d := policy.Evaluate(csr, c.cfg.Inventory, pc)
 	switch {

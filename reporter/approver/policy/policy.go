@@ -63,9 +63,21 @@ type Config struct {
 	AllowedCIDRs []netip.Prefix
 	// DenyCIDRs never appear in a SAN (for example the service range).
 	DenyCIDRs []netip.Prefix
-	// DenyIPs never appear in a SAN (the API server's own addresses: the
-	// flags', the Service IP and the endpoints of default/kubernetes).
+	// DenyIPs never appear in a SAN (the API server's addresses that are
+	// no node's own: --apiserver-ips and the Service IP).
 	DenyIPs []netip.Addr
+	// APIServerEndpoints are the API server's addresses from the
+	// default/kubernetes EndpointSlice. On kubeadm and kind an API server
+	// listens on its control-plane node's own address, and that node's
+	// kubelet asks for a serving certificate for it: only a node for which
+	// APIServerHost holds may have one, and only its own (recorded for it,
+	// claimed by no other node). Anyone else asking is SANDenied.
+	APIServerEndpoints []netip.Addr
+	// APIServerHost reports whether node hosts an API server, from
+	// evidence the node cannot forge (a label its kubelet may not set);
+	// APIServerHostRule says which, for messages. nil: no node does.
+	APIServerHost     func(node string) bool
+	APIServerHostRule string
 	// DenyDNSNames never appear in a SAN (the API server's external names),
 	// compared case-insensitively, trailing dot ignored.
 	DenyDNSNames []string
@@ -143,9 +155,17 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 			return refuse(node, RuleSANDenied, "DNS SAN %q is %s", dns, why)
 		}
 	}
+	hostsAPIServer := cfg.APIServerHost != nil && cfg.APIServerHost(node)
 	for _, ip := range ips {
 		if why := deniedIP(ip, cfg); why != "" {
 			return refuse(node, RuleSANDenied, "IP SAN %s is %s", ip, why)
+		}
+		if !hostsAPIServer && slices.ContainsFunc(cfg.APIServerEndpoints, func(a netip.Addr) bool { return a.Unmap() == ip.Unmap() }) {
+			rule := cfg.APIServerHostRule
+			if cfg.APIServerHost == nil {
+				rule = "none is configured"
+			}
+			return refuse(node, RuleSANDenied, "IP SAN %s is an API server address (an endpoint of default/kubernetes); only a node that hosts an API server may have its own (%s), and %s does not", ip, rule, node)
 		}
 	}
 	entry, found := inv.Lookup(node)

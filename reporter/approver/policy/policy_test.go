@@ -42,6 +42,14 @@ var cfg = policy.Config{
 	MaxExpiration: 24 * time.Hour,
 }
 
+// apiHosts: both workers' addresses are API server endpoints; worker-1
+// hosts an API server (labelled), worker-2 does not.
+var apiHosts = policy.Config{
+	APIServerEndpoints: []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")},
+	APIServerHost:      func(node string) bool { return node == "worker-1" },
+	APIServerHostRule:  "label node-role.kubernetes.io/control-plane",
+}
+
 func ips(s ...string) []net.IP {
 	out := make([]net.IP, 0, len(s))
 	for _, v := range s {
@@ -154,6 +162,16 @@ func TestEvaluate(t *testing.T) {
 		{name: "IP inside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, want: approve},
 		{name: "an address another Node reports too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, want: policy.RuleAddressClaimed, wantMsg: "192.0.2.11 is also claimed by worker-2"},
 		{name: "an address only this Node reports", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, invSrc: shared, want: approve},
+		// The API server's endpoints: on kubeadm and kind, a control-plane
+		// node's own address.
+		{name: "an API server endpoint, asked by the node that hosts it", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &apiHosts, want: approve},
+		{name: "an API server endpoint, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, cfg: &apiHosts,
+			want: policy.RuleSANDenied, wantMsg: "192.0.2.12 is an API server address (an endpoint of default/kubernetes); only a node that hosts an API server may have its own (label node-role.kubernetes.io/control-plane), and worker-2 does not"},
+		{name: "an API server endpoint, no host rule configured", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{APIServerEndpoints: apiHosts.APIServerEndpoints},
+			want: policy.RuleSANDenied, wantMsg: "none is configured"},
+		{name: "an API server host asking for another host's endpoint", req: testpki.Request{IPs: ips("192.0.2.12")}, cfg: &apiHosts, want: policy.RuleIPSANNotInInventory},
+		{name: "an API server host asking for an endpoint another Node claims too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, cfg: &apiHosts, want: policy.RuleAddressClaimed},
+		{name: "an API server host asking for the Service IP", req: testpki.Request{Node: "evil", IPs: ips("192.0.2.1")}, cfg: &policy.Config{DenyIPs: cfg.DenyIPs, APIServerHost: func(string) bool { return true }}, want: policy.RuleSANDenied, wantMsg: "an API server address"},
 		{name: "the API server's external name (--apiserver-names), case and dot aside", req: testpki.Request{Node: "evil", DNSNames: []string{"API.example.com."}},
 			cfg: &policy.Config{DenyDNSNames: []string{"api.example.com"}}, want: policy.RuleSANDenied, wantMsg: "--apiserver-names"},
 	}
