@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-down clean help prereqs-test prereqs-demo
+.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
 
 all: build
 
@@ -18,7 +18,7 @@ build: ## Build the static certready binary into bin/.
 
 test: prereqs-test lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
 
-prereqs-test prereqs-demo: ## Check (as root: apt-get install) what 'make test' / 'make demo' need, before any long step.
+prereqs-test prereqs-demo prereqs-kind: ## Check (as root: apt-get install) what 'make test' / 'make demo' need, before any long step.
 	@hack/prereqs.sh $(@:prereqs-%=%)
 
 unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e module.
@@ -53,15 +53,25 @@ demo: prereqs-demo ## Start the local cluster (root), deploy certready, show the
 demo-down: ## Stop the demo cluster; leaves nothing behind.
 	$(MAKE) -C e2e demo-down
 
-image: ## Build the container image (needs a Docker engine).
-	@if docker info >/dev/null 2>&1; then docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t certready:$(VERSION) .; \
-	  else echo "make image: no Docker engine here (docker info failed); build the image where Docker runs."; exit 1; fi
+IMAGE ?= certready:$(VERSION)
+image: build ## Container image IMAGE (certready:<version>) from the binary just built, on scratch: no registry needed. 'docker build .' builds from source.
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers (docker info failed); build the image where Docker runs."; exit 1; }
+	@rm -rf bin/image-root && mkdir -p bin/image-root/usr/local/bin bin/image-root/etc/ssl/certs
+	@cp $(BIN) bin/image-root/usr/local/bin/certready
+	@printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > bin/image-root/etc/passwd
+	@printf 'root:x:0:\nnonroot:x:65532:\n' > bin/image-root/etc/group
+	@if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cp /etc/ssl/certs/ca-certificates.crt bin/image-root/etc/ssl/certs/; fi
+	docker build -q --target prebuilt --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+	@echo "make image: $(IMAGE) ($$(docker image inspect -f '{{.Size}}' $(IMAGE) | awk '{printf "%.1f MiB", $$1/1048576}'))"
 
-kind-up: ## Create the kind cluster, load the image, apply the manifests (needs Docker and kind).
+kind-up: prereqs-kind ## Create the kind cluster (kind, and offline a node image, built here), load the image, apply the manifests (needs a Docker engine).
 	kind/kind-up.sh
 
-e2e-kind: ## The e2e suite against a fresh kind cluster, same scenarios as make e2e (needs Docker and kind; KEEP=1 keeps it).
+e2e-kind: prereqs-kind ## The e2e suite against a fresh kind cluster, same scenarios as make e2e (needs a Docker engine; KEEP=1 keeps it).
 	kind/e2e-kind.sh
+
+kind-node-image: prereqs-kind ## Build the offline kind node image (no registry; root for debootstrap) and print its name.
+	@kind/node-image.sh
 
 kind-down: ## Delete the kind cluster.
 	kind/kind-down.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks, before any long step, every program that 'make test' and
 # 'make demo' need, and installs the missing ones with apt-get when run as
-# root on Debian/Ubuntu. Usage: hack/prereqs.sh <test|demo|unit>.
+# root on Debian/Ubuntu. Usage: hack/prereqs.sh <test|demo|unit|kind>.
 # PREREQS_CHECK_ONLY=1 only reports (exit 1 when something is missing).
 set -euo pipefail
 what=${1:-test}
@@ -11,11 +11,16 @@ what=${1:-test}
 # (iptables); the manifest checks need promtool; the suite calls kubectl.
 common=(go:golang-go git:git)
 cluster=(kubectl:kubectl iptables:iptables ip:iproute2 nsenter:util-linux unshare:util-linux openssl:openssl)
+# kind (make e2e-kind, make kind-up): a Docker client (the engine must run
+# already), and what the offline node image is built with: debootstrap for
+# its root file system, gcc and the static libc for the pause binary, jq.
+kind=(kubectl:kubectl docker:docker.io debootstrap:debootstrap gcc:gcc jq:jq)
 case "$what" in
   unit) want=("${common[@]}") ;;
   demo) want=("${common[@]}" "${cluster[@]}") ;;
   test) want=("${common[@]}" "${cluster[@]}" promtool:prometheus) ;;
-  *) echo "prereqs: unknown goal '$what' (test, demo or unit)" >&2; exit 2 ;;
+  kind) want=("${common[@]}" "${kind[@]}") ;;
+  *) echo "prereqs: unknown goal '$what' (test, demo, unit or kind)" >&2; exit 2 ;;
 esac
 
 missing_cmds=() missing_pkgs=()
@@ -27,7 +32,7 @@ for pair in "${want[@]}"; do
   fi
 done
 
-if [ -z "${PREREQS_CHECK_ONLY:-}" ] && [ "$what" != unit ] && [ "$(id -u)" != 0 ]; then
+if [ -z "${PREREQS_CHECK_ONLY:-}" ] && [ "$what" != unit ] && [ "$what" != kind ] && [ "$(id -u)" != 0 ]; then
   echo "prereqs: 'make $what' runs a local Kubernetes cluster in a network namespace of its own and needs root: run 'sudo make $what'." >&2
   exit 1
 fi

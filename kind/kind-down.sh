@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Deletes the kind cluster (KIND_CLUSTER_NAME, default certready).
 set -euo pipefail
-command -v kind >/dev/null || { echo "kind-down: kind is not installed" >&2; exit 1; }
+cd "$(dirname "$0")/.."
+KIND_SKIP_RUNTIME_PROBE=1 source kind/env.sh
 kind delete cluster --name "${KIND_CLUSTER_NAME:-certready}"

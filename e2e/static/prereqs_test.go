@@ -12,7 +12,7 @@ import (
 // PATH that holds exactly the given programs, as a fresh machine would.
 func TestPrereqsNameWhatIsMissing(t *testing.T) {
 	shell := []string{"bash", "env", "id", "dirname", "sed"}
-	all := []string{"go", "git", "kubectl", "iptables", "ip", "nsenter", "unshare", "openssl", "promtool"}
+	all := []string{"go", "git", "kubectl", "iptables", "ip", "nsenter", "unshare", "openssl", "promtool", "docker", "debootstrap", "gcc", "jq"}
 	for _, tc := range []struct {
 		name, goal  string
 		drop        []string
@@ -24,6 +24,8 @@ func TestPrereqsNameWhatIsMissing(t *testing.T) {
 		{"the demo needs no promtool", "demo", []string{"promtool"}, true, nil},
 		{"no iptables fails the demo", "demo", []string{"iptables"}, false, []string{"iptables"}},
 		{"unit tests need no cluster tools", "unit", []string{"kubectl", "iptables", "ip", "promtool"}, true, nil},
+		{"kind's offline node image needs debootstrap", "kind", []string{"debootstrap"}, false, []string{"debootstrap"}},
+		{"kind needs no local-cluster tools", "kind", []string{"iptables", "nsenter", "promtool"}, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -89,6 +89,23 @@ func Test01HappyPath(t *testing.T) {
 		}
 		t.Logf("%s ready and untainted %s after deploy: %s", n.Name, time.Since(start).Round(time.Millisecond), c.Message)
 	}
+	// The control plane's kubelet too (kind, kubeadm): its address is the
+	// API server's, approved only because the installer labelled the node
+	// control-plane, a label no kubelet may set on itself.
+	workers := map[string]bool{}
+	for _, n := range cluster.Workers() {
+		workers[n.Name] = true
+	}
+	for _, n := range cluster.Nodes() {
+		if workers[n.Name] {
+			continue
+		}
+		got := waitCondition(t, ctx, n.Name, 2*time.Minute, "condition False", func(n *corev1.Node) bool {
+			c := certCondition(n)
+			return c != nil && c.Status == corev1.ConditionFalse
+		})
+		t.Logf("%s (control plane) ready: %s", n.Name, certCondition(got).Message)
+	}
 	// The approval came from certready's policy, not from a human.
 	csrs, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{LabelSelector: "certready.io/node=" + w})
 	if err != nil || len(csrs.Items) == 0 {
