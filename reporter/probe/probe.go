@@ -45,6 +45,9 @@ type Target struct {
 	ServerName string         // an IP literal or a DNS name the certificate must carry
 	Roots      *x509.CertPool // the CA that signs kubelet serving certificates
 	Timeout    time.Duration  // DefaultTimeout when zero
+	// Now is the time the presented chain is verified at (the API
+	// server's clock when the node's is off); zero: time.Now().
+	Now time.Time
 }
 
 // Result is what the kubelet presented.
@@ -100,7 +103,11 @@ func Probe(ctx context.Context, t Target) Result {
 	res.Outcome = Presented
 	res.Leaf = chain[0]
 	res.Fingerprint = fingerprint.Of(chain[0])
-	res.VerifyErr = Verify(chain[0], chain[1:], t.Roots, t.ServerName, time.Now())
+	at := t.Now
+	if at.IsZero() {
+		at = time.Now()
+	}
+	res.VerifyErr = Verify(chain[0], chain[1:], t.Roots, t.ServerName, at)
 	return res
 }
 

@@ -19,6 +19,7 @@ const (
 	CertificateExpired          Reason = "CertificateExpired"
 	CertificateUntrusted        Reason = "CertificateUntrusted"
 	CertificateIdentityMismatch Reason = "CertificateIdentityMismatch"
+	ClockSkew                   Reason = "ClockSkew"
 
 	// CSR (status True).
 	CSRNotFound  Reason = "CSRNotFound"
@@ -39,16 +40,19 @@ const (
 	CAUnavailable   Reason = "CAUnavailable"
 	CSRLookupFailed Reason = "CSRLookupFailed"
 	NotChecked      Reason = "NotChecked"
+	// CheckStalled: no check completed for too long (the agent's
+	// watchdog); the last verdict no longer stands.
+	CheckStalled Reason = "CheckStalled"
 )
 
 // AllReasons lists every reason, for metrics that export one series per reason.
 var AllReasons = []Reason{
 	Ready,
 	CertificateMissing, CertificateUnreadable, CertificateMalformed,
-	CertificateInvalid, CertificateNotYetValid, CertificateExpired, CertificateUntrusted, CertificateIdentityMismatch,
+	CertificateInvalid, CertificateNotYetValid, CertificateExpired, CertificateUntrusted, CertificateIdentityMismatch, ClockSkew,
 	CSRNotFound, CSRPending, CSRDenied, CSRFailed, CSRNotIssued,
 	EndpointUnreachable, EndpointNoCertificate, EndpointNotTLS, EndpointHandshakeFailed, EndpointCertificateUntrusted, EndpointCertificateMismatch,
-	CAUnavailable, CSRLookupFailed, NotChecked,
+	CAUnavailable, CSRLookupFailed, NotChecked, CheckStalled,
 }
 
 // Transient reports whether r can be a passing state of a healthy kubelet

@@ -42,7 +42,13 @@ var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint}
 // Input is everything the verdict is computed from.
 type Input struct {
 	Node Node
-	Now  time.Time
+	// Now is the node's own clock.
+	Now time.Time
+	// Clock compares the node's clock with the API server's. When it is
+	// known, validity is judged by the API server's clock (a node clock
+	// behind real time would call an expired certificate valid), and a
+	// skew beyond its Max is a failure of its own (ClockSkew).
+	Clock Clock
 	// CA verifies kubelet serving certificates; CAErr says why it could not
 	// be loaded (then nothing can be verified and the verdict is Unknown).
 	CA    *x509.CertPool
@@ -55,6 +61,25 @@ type Input struct {
 	SkipCSR bool
 	// Endpoint is nil when the kubelet port was not probed.
 	Endpoint *probe.Result
+}
+
+// Clock is the node's clock against the API server's (the Date of its
+// responses).
+type Clock struct {
+	Known bool
+	// Skew is the node's clock minus the API server's (negative: behind).
+	Skew time.Duration
+	// Max is the largest skew tolerated either way; 0: no bound.
+	Max time.Duration
+}
+
+// ValidityTime is the time validity is judged by: the API server's when
+// known, else the node's.
+func (in Input) ValidityTime() time.Time {
+	if in.Clock.Known {
+		return in.Now.Add(-in.Clock.Skew)
+	}
+	return in.Now
 }
 
 // Node is what the verdict needs to know about the node.
@@ -121,6 +146,17 @@ func Evaluate(in Input) Verdict {
 	return e.endpoint()
 }
 
+// Stalled is what the agent's watchdog publishes when no check has
+// completed since last (stuck in stage): Unknown, since the last verdict
+// no longer stands.
+func Stalled(now, last time.Time, stage string) Verdict {
+	return Verdict{
+		Status: corev1.ConditionUnknown, Reason: CheckStalled,
+		Message: fmt.Sprintf("no check completed for %s (since %s; now in %s): the agent's checks are stuck, its last verdict no longer stands; see its logs",
+			now.Sub(last).Round(time.Second), stamp(last), stage),
+	}
+}
+
 // NeedsEndpoint reports whether in passes every check before the endpoint,
 // so that probing the kubelet port can decide the verdict. Callers use it to
 // skip the handshake when an earlier check already failed.
@@ -171,16 +207,26 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	if in.CAErr != nil || in.CA == nil {
 		return e.fail(CheckCertificate, corev1.ConditionUnknown, CAUnavailable, "cannot verify certificate %s: %v", fp, orMissing(in.CAErr))
 	}
+	now := in.ValidityTime()
+	if c := in.Clock; c.Known && c.Max > 0 && (c.Skew > c.Max || c.Skew < -c.Max) {
+		dir, by := "ahead of", c.Skew
+		if by < 0 {
+			dir, by = "behind", -by
+		}
+		return e.fail(CheckCertificate, corev1.ConditionTrue, ClockSkew,
+			"node clock is %s %s the API server's (the Date of its responses; at most %s tolerated): the kubelet rotates its certificate by that clock; certificate %s is valid until %s by the API server's clock; fix the node's time sync",
+			by.Round(time.Second), dir, c.Max, fp, stamp(leaf.NotAfter))
+	}
 	wantCN := csrmatch.UserPrefix + in.Node.Name
 	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
 			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)
 	}
-	if in.Now.Before(leaf.NotBefore) {
+	if now.Before(leaf.NotBefore) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateNotYetValid,
 			"certificate %s is not valid before %s (clock skew?)", fp, stamp(leaf.NotBefore))
 	}
-	if !in.Now.Before(leaf.NotAfter) {
+	if !now.Before(leaf.NotAfter) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateExpired,
 			"certificate %s expired at %s and was not renewed", fp, stamp(leaf.NotAfter))
 	}
@@ -191,7 +237,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	for _, c := range in.File.Intermediates {
 		pool.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: in.CA, Intermediates: pool, CurrentTime: in.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: in.CA, Intermediates: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
 	}
 	if msg := coverage(leaf, in.Node); msg != "" {
@@ -272,7 +318,7 @@ func (e *evaluation) csr() (Verdict, bool) {
 		e.proof = "issued by " + ev.Match.Describe()
 	case ev.Remembered != nil:
 		e.proof = fmt.Sprintf("issued by CSR %s, verified earlier by this agent (since garbage-collected)", ev.Remembered.Name)
-	case ev.Retention > 0 && in.Now.Sub(leaf.NotBefore) > ev.Retention:
+	case ev.Retention > 0 && in.ValidityTime().Sub(leaf.NotBefore) > ev.Retention:
 		e.proof = fmt.Sprintf("no CSR left; certificate signed by the cluster CA for %s is older than the %s CSR retention", leaf.Subject.CommonName, ev.Retention)
 	default:
 		r, ok := csrReasons[ev.Match.State]

@@ -160,6 +160,37 @@ func TestEvaluate(t *testing.T) {
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
 		},
 		{
+			// The node's clock is 30 s behind: by it the certificate is still
+			// valid, by the API server's it expired 10 s ago.
+			name: "expired by the API server's clock, valid by a node clock behind it",
+			mutate: func(in *verdict.Input) {
+				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(20 * time.Second)}))
+				in.Clock = verdict.Clock{Known: true, Skew: -30 * time.Second, Max: time.Minute}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
+		},
+		{
+			name: "node clock 10 minutes behind the API server",
+			mutate: func(in *verdict.Input) {
+				in.Clock = verdict.Clock{Known: true, Skew: -10 * time.Minute, Max: time.Minute}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.ClockSkew, wantText: "node clock is 10m0s behind the API server's",
+		},
+		{
+			name: "node clock 2 minutes ahead of the API server",
+			mutate: func(in *verdict.Input) {
+				in.Clock = verdict.Clock{Known: true, Skew: 2 * time.Minute, Max: time.Minute}
+			},
+			wantStatus: corev1.ConditionTrue, wantReason: verdict.ClockSkew, wantText: "2m0s ahead of",
+		},
+		{
+			name: "a skew within the bound passes",
+			mutate: func(in *verdict.Input) {
+				in.Clock = verdict.Clock{Known: true, Skew: -20 * time.Second, Max: time.Minute}
+			},
+			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready,
+		},
+		{
 			name: "not yet valid",
 			mutate: func(in *verdict.Input) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(time.Hour)}))
@@ -362,8 +393,20 @@ func TestEvaluate(t *testing.T) {
 		})
 	}
 	for _, r := range verdict.AllReasons {
-		if !seen[r] {
+		if !seen[r] && r != verdict.CheckStalled { // Stalled's, below
 			t.Errorf("no case produces reason %s", r)
+		}
+	}
+}
+
+func TestStalledIsUnknownAndSaysSince(t *testing.T) {
+	v := verdict.Stalled(now, now.Add(-4*time.Minute), "endpoint")
+	if v.Status != corev1.ConditionUnknown || v.Reason != verdict.CheckStalled || v.Ready() {
+		t.Fatalf("verdict %+v, want Unknown/CheckStalled", v)
+	}
+	for _, want := range []string{"for 4m0s", "now in endpoint"} {
+		if !strings.Contains(v.Message, want) {
+			t.Errorf("message %q lacks %q", v.Message, want)
 		}
 	}
 }
