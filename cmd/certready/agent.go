@@ -9,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/reporter/agent"
+	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/verdict"
 )
@@ -39,6 +41,8 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.Settle, "settle", agent.Config{}.Defaults().Settle, "How long a state a healthy rotation passes through (file briefly absent, old certificate still served) must last before it is published.")
 	fs.DurationVar(&cfg.ProbeTimeout, "probe-timeout", agent.Config{}.Defaults().ProbeTimeout, "Timeout of the TLS handshake with the kubelet port.")
 	fs.DurationVar(&cfg.CSRRetention, "csr-retention", agent.Config{}.Defaults().CSRRetention, "How long the controller manager keeps issued CSRs; an older certificate from the CA with this node's identity needs no CSR.")
+	fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "Watchdog: when no check has completed for this long (a hung API call, a stuck probe), set the condition to Unknown/CheckStalled. 0: three times --resync.")
+	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", agent.Config{}.Defaults().MaxClockSkew, "Largest difference tolerated between the node's clock and the API server's (the Date of its responses) before the condition says ClockSkew; validity is judged by the API server's clock either way.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9721", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9722", "Address for /healthz and /readyz (empty: off).")
 	kf.add(fs, 5, 10)
@@ -55,7 +59,16 @@ func runAgent(ctx context.Context, args []string) int {
 	cfg.PreferredAddressTypes = types
 	logger := klog.FromContext(ctx)
 
-	client, err := kf.client("certready-agent/" + version)
+	restCfg, err := kf.config("certready-agent/" + version)
+	if err != nil {
+		logger.Error(err, "Cannot build the API client")
+		return 1
+	}
+	// The API server's clock, from the Date of the responses the agent
+	// gets anyway: no request of its own.
+	cfg.Clock = apiclock.New()
+	restCfg.Wrap(cfg.Clock.Wrap)
+	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		logger.Error(err, "Cannot build the API client")
 		return 1

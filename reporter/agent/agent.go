@@ -14,9 +14,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/condition"
 	"github.com/certready/certready/reporter/csrmatch"
@@ -68,6 +71,17 @@ type Config struct {
 	// FallbackBackoff bounds the signer-wide CSR list used while no
 	// labelled CSR explains the installed certificate.
 	FallbackMinBackoff, FallbackMaxBackoff time.Duration
+	// StaleAfter is the watchdog's bound: when no check has completed for
+	// this long (a hung API call, a stuck probe), the condition is set to
+	// Unknown/CheckStalled, so that a False cannot outlive the checks that
+	// justified it. A check that took longer than this is thrown away and
+	// run again rather than published.
+	StaleAfter time.Duration
+	// Clock, when set, is the API server's clock as its responses show it
+	// (wrap the client's transport with it); validity is then judged by
+	// it, and a skew beyond MaxClockSkew is reported (ClockSkew).
+	Clock        *apiclock.Clock
+	MaxClockSkew time.Duration
 }
 
 // Defaults returns c with zero values replaced by the documented defaults.
@@ -90,6 +104,8 @@ func (c Config) Defaults() Config {
 	def(&c.CSRRetention, time.Hour)
 	def(&c.FallbackMinBackoff, 5*time.Second)
 	def(&c.FallbackMaxBackoff, 5*time.Minute)
+	def(&c.StaleAfter, 3*c.Resync)
+	def(&c.MaxClockSkew, time.Minute)
 	return c
 }
 
@@ -104,6 +120,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kubelet-port=%d is not a port (0 means: from the Node object)", c.KubeletPort)
 	case c.Resync <= 0 || c.Heartbeat <= 0:
 		return errors.New("--resync and --heartbeat must be positive")
+	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
+		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
 	}
 	return nil
 }
@@ -130,6 +148,12 @@ type Agent struct {
 	proven  *provenCSR // the CSR that proved the current fingerprint
 	pending pendingState
 	checks  int
+
+	// Shared with the watchdog: when the last check completed (Unix
+	// nanoseconds; the start until the first one) and the step the
+	// worker is in now.
+	completed atomic.Int64
+	stage     atomic.Pointer[string]
 }
 
 type provenCSR struct {
@@ -192,7 +216,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := nodeInformer.Informer().AddEventHandler(enqueue("nodes")); err != nil {
 		return err
 	}
-	if _, err := csrInformer.Informer().AddEventHandler(enqueue("csrs")); err != nil {
+	// The API server applies both selectors; a CSR that is not this node's
+	// kubelet-serving one (a client that ignores selectors, a fake) is
+	// counted and ignored, never a reason to check.
+	if _, err := csrInformer.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			if a.mine(obj) {
+				return true
+			}
+			a.metrics.foreign.Inc()
+			return false
+		},
+		Handler: enqueue("csrs"),
+	}); err != nil {
 		return err
 	}
 	a.nodes = nodeInformer.Lister()
@@ -226,12 +262,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		_ = certfile.Watch(ctx, a.cfg.PKIDir, 5*time.Second, func() { a.queue.Add(checkKey) })
 	}()
+	a.completed.Store(a.now().UnixNano())
+	a.setStage("waiting")
+	go a.watchdog(ctx)
 	go func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
 	}()
 	a.queue.Add(checkKey)
-	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat)
+	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat, "staleAfter", a.cfg.StaleAfter)
 	for a.processNext(ctx) {
 	}
 	return nil
@@ -280,8 +319,15 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	now := a.now()
 	in := verdict.Input{Node: NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now}
+	if a.cfg.Clock != nil {
+		if r := a.cfg.Clock.Read(); r.Known {
+			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
+			a.metrics.clockSkew.Set(r.Skew.Seconds())
+		}
+	}
 	in.CA, in.CAErr = LoadCA(a.cfg.CAFile)
 
+	a.setStage("reading the installed certificate")
 	start := time.Now()
 	in.File = certfile.Read(a.cfg.PKIDir)
 	a.metrics.observe(verdict.CheckFile, time.Since(start))
@@ -293,6 +339,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.metrics.observation.Set(0)
 	}
 
+	a.setStage("looking up CSRs")
 	start = time.Now()
 	proven := a.proven != nil && a.proven.fp == in.File.Fingerprint && !in.File.Fingerprint.IsZero()
 	ev := &verdict.CSREvidence{Retention: a.cfg.CSRRetention}
@@ -304,6 +351,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	a.metrics.observe(verdict.CheckCSR, time.Since(start))
 
 	if verdict.NeedsEndpoint(in) {
+		a.setStage("probing the kubelet port")
 		start = time.Now()
 		res := probe.Probe(ctx, a.target(node, in))
 		a.metrics.observe(verdict.CheckEndpoint, time.Since(start))
@@ -324,11 +372,18 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	if in.File.State == certfile.Present {
 		next = min(next, untilBoundary(now, in.File.Leaf))
 	}
+	if took := a.now().Sub(now); took > a.cfg.StaleAfter {
+		// The watchdog has published CheckStalled meanwhile; evidence this
+		// old must not replace it.
+		return 0, fmt.Errorf("the check took %s, over --stale-after %s: its evidence is too old to publish; checking again", took.Round(time.Millisecond), a.cfg.StaleAfter)
+	}
 	if wait := a.settle(v, now); wait > 0 {
 		logger.V(2).Info("Waiting for a possibly transient state to settle", "reason", v.Reason, "wait", wait)
+		a.checkDone()
 		return min(next, wait), nil
 	}
 
+	a.setStage("writing the condition")
 	out, err := a.writer.Write(ctx, now, condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message},
 		condition.Find(node, a.cfg.ConditionType))
 	if err != nil {
@@ -343,7 +398,74 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	if a.ready != nil && !a.ready.Ready() {
 		a.ready.Set(true, "")
 	}
+	a.checkDone()
 	return next, nil
+}
+
+// checkDone records a completed check for the watchdog.
+func (a *Agent) checkDone() {
+	a.completed.Store(a.now().UnixNano())
+	a.setStage("waiting")
+}
+
+func (a *Agent) setStage(s string) { a.stage.Store(&s) }
+
+// mine reports whether obj is a kubelet-serving CSR labelled for this node.
+func (a *Agent) mine(obj any) bool {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	c, ok := obj.(*certv1.CertificateSigningRequest)
+	return ok && labelledFor(c, a.cfg.NodeName)
+}
+
+// watchdog publishes Unknown/CheckStalled once no check has completed for
+// StaleAfter, and again after every later stall. It writes through its own
+// client call, never through the worker's writer, which may be the thing
+// that is stuck.
+func (a *Agent) watchdog(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	tick := time.NewTicker(max(a.cfg.StaleAfter/10, 10*time.Millisecond))
+	defer tick.Stop()
+	published := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, last := a.now(), time.Unix(0, a.completed.Load())
+		if now.Sub(last) < a.cfg.StaleAfter {
+			published = false
+			a.metrics.stalled.Set(0)
+			continue
+		}
+		a.metrics.stalled.Set(1)
+		if published {
+			continue
+		}
+		v := verdict.Stalled(now, last, *a.stage.Load())
+		cond := corev1.NodeCondition{
+			Type: a.cfg.ConditionType, Status: v.Status, Reason: string(v.Reason), Message: v.Message,
+			LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := condition.NewClient(a.client).PatchCondition(wctx, a.cfg.NodeName, cond)
+		cancel()
+		if err != nil {
+			a.metrics.writes.WithLabelValues("Error").Inc()
+			logger.Error(err, "Checks are stalled and the condition could not be set to Unknown", "since", last)
+			continue
+		}
+		published = true
+		a.metrics.writes.WithLabelValues("Stalled").Inc()
+		a.metrics.published(v, now, true)
+		logger.Info("Checks are stalled: condition set to Unknown", "since", last, "stage", *a.stage.Load())
+		if n, err := a.nodes.Get(a.cfg.NodeName); err == nil && a.recorder != nil {
+			a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
+				corev1.EventTypeWarning, string(v.Reason), "%s=%s: %s", a.cfg.ConditionType, v.Status, v.Message)
+		}
+	}
 }
 
 // settle returns how long to wait before publishing v, or 0 to publish now.
@@ -397,7 +519,7 @@ func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Tar
 	if in.Node.Dial != "" {
 		name = in.Node.Dial
 	}
-	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout}
+	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout, Now: in.ValidityTime()}
 }
 
 // DefaultPreferredAddressTypes is kubeadm's --kubelet-preferred-address-types

@@ -5,7 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,12 +22,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	certv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent"
+	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/condition"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/verdict"
@@ -37,6 +43,34 @@ type kubelet struct {
 	cert       atomic.Pointer[tls.Certificate]
 	handshakes atomic.Int64
 	port       int
+
+	mu   sync.Mutex
+	hold chan struct{} // non-nil: new connections wait for it before the handshake
+}
+
+// stall makes the port accept connections and answer nothing until resume,
+// as a wedged kubelet (or a black-holing network) does.
+func (k *kubelet) stall() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.hold == nil {
+		k.hold = make(chan struct{})
+	}
+}
+
+func (k *kubelet) resume() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.hold != nil {
+		close(k.hold)
+		k.hold = nil
+	}
+}
+
+func (k *kubelet) held() chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.hold
 }
 
 func startKubelet(t *testing.T) *kubelet {
@@ -62,10 +96,17 @@ func startKubelet(t *testing.T) *kubelet {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); _ = c.(*tls.Conn).Handshake() }()
+			hold := k.held()
+			go func() {
+				defer c.Close()
+				if hold != nil {
+					<-hold
+				}
+				_ = c.(*tls.Conn).Handshake()
+			}()
 		}
 	}()
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { k.resume(); ln.Close() })
 	return k
 }
 
@@ -78,6 +119,7 @@ type harness struct {
 	ca      *testpki.CA
 	dir     string
 	cs      *fake.Clientset
+	client  kubernetes.Interface // the agent's, when not cs itself
 	kubelet *kubelet
 	reg     *prometheus.Registry
 	ready   *httpserve.Readiness
@@ -127,7 +169,11 @@ func (h *harness) run(cfg agent.Config) (stop func()) {
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Hour // prove the agent reacts to events, not to the resync
 	}
-	a, err := agent.New(cfg, h.cs, h.reg, h.ready)
+	client := h.client
+	if client == nil {
+		client = h.cs
+	}
+	a, err := agent.New(cfg, client, h.reg, h.ready)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -317,6 +363,177 @@ func TestShutdownPublishesNothing(t *testing.T) {
 	defer h.mu.Unlock()
 	if len(h.patches) != 1 {
 		t.Errorf("%d patches, want only the ready one: %+v", len(h.patches), h.patches)
+	}
+}
+
+// A check stuck on the API server (a list that never answers) must not
+// leave False standing: the watchdog publishes Unknown/CheckStalled naming
+// the stuck step, and the first check completed after it takes over (the
+// one that was stuck longer than --stale-after is thrown away).
+func TestStalledChecksAreNotLeftFalse(t *testing.T) {
+	unlabelled := func(name string) *certv1.CertificateSigningRequest {
+		c := labelledCSR(name, time.Now())
+		c.Labels = nil // found only by the signer-wide fallback list
+		return c
+	}
+	h := newHarness(t, unlabelled("csr-1"))
+	h.healthy("csr-1")
+	release := make(chan struct{})
+	stalling := &stallingCSRLists{Clientset: h.cs, release: release}
+	h.client = stalling
+	h.run(agent.Config{Resync: 50 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, StaleAfter: 2 * time.Second,
+		FallbackMinBackoff: 10 * time.Millisecond, FallbackMaxBackoff: 10 * time.Millisecond})
+	// Cleanups run last first: the list is released before the agent is
+	// stopped, whatever failed.
+	unblock := sync.OnceFunc(func() { stalling.blocked.Store(false); close(release) })
+	t.Cleanup(unblock)
+	h.waitFor(verdict.Ready)
+
+	// Rotation to a certificate only the fallback list can explain, while
+	// the API server stops answering that list.
+	stalling.blocked.Store(true)
+	next := h.issue("w1")
+	h.createCSR(unlabelled("csr-2"))
+	h.issueCSR("csr-2", next)
+	h.kubelet.serve(next)
+	// Swapped without the kubelet's gap, so that the check that gets stuck
+	// is one that read the new certificate (a check in the gap would say
+	// CertificateMissing, stuck or not).
+	pair := filepath.Join(h.dir, "kubelet-server-next.pem")
+	if err := os.WriteFile(pair, next.FilePEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	current := filepath.Join(h.dir, "kubelet-server-current.pem")
+	if err := os.Symlink(pair, current+".next"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(current+".next", current); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor(verdict.CheckStalled)
+	if c.Status != corev1.ConditionUnknown || !strings.Contains(c.Message, "looking up CSRs") {
+		t.Fatalf("stalled condition %+v: want Unknown naming the stuck step", c)
+	}
+	if v := value(t, h.reg, "certready_check_stalled", nil); v != 1 {
+		t.Errorf("certready_check_stalled = %v while stalled, want 1", v)
+	}
+	// Meanwhile the certificate goes away. The stuck check read the file
+	// before it stalled and would say ready: it must not be published.
+	h.mu.Lock()
+	stalledAt := len(h.patches)
+	h.mu.Unlock()
+	if err := os.Remove(filepath.Join(h.dir, "kubelet-server-current.pem")); err != nil {
+		t.Fatal(err)
+	}
+	unblock()
+	c = h.waitFor(verdict.CertificateMissing)
+	h.mu.Lock()
+	for _, p := range h.patches[stalledAt:] {
+		if p.Status == corev1.ConditionFalse {
+			t.Errorf("False published from the check that was stuck past --stale-after: %+v", p)
+		}
+	}
+	h.mu.Unlock()
+	h.poll("certready_check_stalled back at 0", func() bool { return value(t, h.reg, "certready_check_stalled", nil) == 0 })
+}
+
+// stallingCSRLists is an API that, while blocked, does not answer the
+// signer-wide CSR list (the one without a label selector) until release.
+// The fake clientset serialises every call, so the stall sits in front of
+// it: the rest of the API keeps answering. (It embeds the fake itself, not
+// kubernetes.Interface, so that informers still see that the fake cannot
+// serve watch lists.)
+type stallingCSRLists struct {
+	*fake.Clientset
+	blocked atomic.Bool
+	release chan struct{}
+}
+
+func (s *stallingCSRLists) CertificatesV1() certv1client.CertificatesV1Interface {
+	return stallingCertificates{s.Clientset.CertificatesV1(), s}
+}
+
+type stallingCertificates struct {
+	certv1client.CertificatesV1Interface
+	s *stallingCSRLists
+}
+
+func (c stallingCertificates) CertificateSigningRequests() certv1client.CertificateSigningRequestInterface {
+	return stallingCSRs{c.CertificatesV1Interface.CertificateSigningRequests(), c.s}
+}
+
+type stallingCSRs struct {
+	certv1client.CertificateSigningRequestInterface
+	s *stallingCSRLists
+}
+
+func (c stallingCSRs) List(ctx context.Context, opts metav1.ListOptions) (*certv1.CertificateSigningRequestList, error) {
+	if c.s.blocked.Load() && opts.LabelSelector == "" {
+		<-c.s.release
+	}
+	return c.CertificateSigningRequestInterface.List(ctx, opts)
+}
+
+// Validity is judged by the API server's clock, read from the Date of its
+// responses: a node clock ten minutes behind is reported, not trusted.
+func TestClockSkewAgainstTheAPIServersDate(t *testing.T) {
+	ahead := 10 * time.Minute // the API server's clock, ahead of the node's
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Date", time.Now().Add(ahead).UTC().Format(http.TimeFormat))
+	}))
+	defer srv.Close()
+	clock := apiclock.New()
+	resp, err := (&http.Client{Transport: clock.Wrap(http.DefaultTransport)}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.healthy("csr-1")
+	h.run(agent.Config{Clock: clock})
+	c := h.waitFor(verdict.ClockSkew)
+	if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "behind the API server's") {
+		t.Fatalf("condition %+v", c)
+	}
+	if v := value(t, h.reg, "certready_clock_skew_seconds", nil); v > -590 || v < -610 {
+		t.Errorf("certready_clock_skew_seconds = %v, want about -600", v)
+	}
+}
+
+// Anyone who may create CSRs can put this node's label on one: only
+// kubelet-serving CSRs are asked for (label and signer selectors, which
+// the fake clientset records but does not apply), and anything else that
+// arrives anyway is counted and ignored.
+func TestForeignCSRsAreNotCachedOrChecked(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.healthy("csr-1")
+	var selectors []string
+	var mu sync.Mutex
+	h.cs.PrependReactor("list", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.ListAction).GetListRestrictions()
+		mu.Lock()
+		selectors = append(selectors, r.Labels.String()+" "+r.Fields.String())
+		mu.Unlock()
+		return false, nil, nil
+	})
+	h.run(agent.Config{})
+	h.waitFor(verdict.Ready)
+	mu.Lock()
+	got := strings.Join(selectors, "; ")
+	mu.Unlock()
+	if !strings.Contains(got, csrmatch.NodeLabel+"=w1 spec.signerName="+csrmatch.SignerName) {
+		t.Errorf("the CSR informer listed with %q, want the node label and the kubelet-serving signer", got)
+	}
+	checks := value(t, h.reg, "certready_watch_events_total", map[string]string{"resource": "csrs"})
+	for i := 0; i < 20; i++ {
+		spoofed := labelledCSR(fmt.Sprintf("spoofed-%d", i), time.Now())
+		spoofed.Spec.SignerName = "example.com/anything"
+		h.createCSR(spoofed)
+	}
+	h.poll("20 foreign CSRs counted", func() bool { return value(t, h.reg, "certready_foreign_csrs_total", nil) == 20 })
+	if now := value(t, h.reg, "certready_watch_events_total", map[string]string{"resource": "csrs"}); now != checks {
+		t.Errorf("foreign CSRs triggered checks: csrs events %v -> %v", checks, now)
 	}
 }
 

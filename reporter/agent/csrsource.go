@@ -40,9 +40,17 @@ type csrSource struct {
 }
 
 func (s *csrSource) evidence(ctx context.Context, now time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
-	mine, err := s.labelled.List(labels.Everything())
+	cached, err := s.labelled.List(labels.Everything())
 	if err != nil {
 		return csrmatch.Result{}, fmt.Errorf("reading the labelled CSR cache: %w", err)
+	}
+	// The API server's selectors keep other CSRs out of the cache; what
+	// got in anyway (a client that does not apply them) is not evidence.
+	mine := cached[:0:0]
+	for _, c := range cached {
+		if labelledFor(c, s.node) {
+			mine = append(mine, c)
+		}
 	}
 	res := csrmatch.Match(mine, s.node, installed)
 	if res.State == csrmatch.Issued || proven {
@@ -60,6 +68,11 @@ func (s *csrSource) evidence(ctx context.Context, now time.Time, installed finge
 		return csrmatch.Result{}, s.fallbackErr
 	}
 	return csrmatch.Match(append(mine, s.fallback...), s.node, installed), nil
+}
+
+// labelledFor reports whether c is a kubelet-serving CSR labelled for node.
+func labelledFor(c *certv1.CertificateSigningRequest, node string) bool {
+	return c.Spec.SignerName == csrmatch.SignerName && c.Labels[csrmatch.NodeLabel] == node
 }
 
 // list returns this node's kubelet-serving CSRs, reading at most

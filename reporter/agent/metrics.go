@@ -23,6 +23,9 @@ type metrics struct {
 	lastSuccess   prometheus.Gauge
 	writes        *prometheus.CounterVec
 	events        *prometheus.CounterVec
+	foreign       prometheus.Counter
+	stalled       prometheus.Gauge
+	clockSkew     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,8 +71,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "certready_watch_events_total",
 			Help: "Informer events received, by resource (nodes: its own Node only; csrs: its own labelled CSRs only). Flat in cluster size by design.",
 		}, []string{"resource"}),
+		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "certready_foreign_csrs_total",
+			Help: "CSR events ignored because the CSR is not a kubelet-serving one of this node (another signer, or a label another requester set): the API server's selectors should keep these out.",
+		}),
+		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_check_stalled",
+			Help: "1 while no check has completed for --stale-after (the watchdog then publishes Unknown/CheckStalled), else 0.",
+		}),
+		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_clock_skew_seconds",
+			Help: "The node's clock minus the API server's (the Date of its responses), at the last check; negative: the node is behind.",
+		}),
 	}
-	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events)
+	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
+		m.foreign, m.stalled, m.clockSkew)
 	for _, r := range verdict.AllReasons {
 		m.reason.WithLabelValues(string(r)).Set(0)
 	}
