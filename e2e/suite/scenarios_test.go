@@ -762,22 +762,7 @@ func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
 		created, _ := createServingCSR(t, ctx, impersonating(t, user, "system:nodes", "system:authenticated"), user,
 			metav1.ObjectMeta{GenerateName: "e2e-" + tc.node + "-"}, tc.node, tc.ip)
 		deleteCSRAtCleanup(t, created.Name)
-		var msg string
-		if err := localcluster.Poll(ctx, time.Minute, "a Warning "+tc.rule+" on "+created.Name, func() (bool, error) {
-			evs, err := cluster.Clientset().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + created.Name})
-			if err != nil {
-				return false, nil
-			}
-			for _, e := range evs.Items {
-				if e.Reason == tc.rule {
-					msg = e.Message
-					return true, nil
-				}
-			}
-			return false, nil
-		}); err != nil {
-			t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
-		}
+		msg := waitCSREvent(t, ctx, created.Name, tc.rule)
 		got, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -787,6 +772,101 @@ func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
 		}
 		t.Logf("%s asking for %s: left pending: %s", tc.node, tc.ip, msg)
 	}
+}
+
+// waitCSREvent waits for an event with reason on the CSR name and returns
+// its message.
+func waitCSREvent(t *testing.T, ctx context.Context, name, reason string) string {
+	t.Helper()
+	var msg string
+	if err := localcluster.Poll(ctx, time.Minute, "a Warning "+reason+" on "+name, func() (bool, error) {
+		evs, err := cluster.Clientset().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason {
+				msg = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+	return msg
+}
+
+// approverWith adds args to the approver's container and waits until both
+// replicas run with them; the test's end applies the standalone overlay
+// again.
+func approverWith(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
+	ops := make([]string, 0, len(args))
+	for _, a := range args {
+		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":%q}`, a))
+	}
+	if out, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p", "["+strings.Join(ops, ",")+"]"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := cluster.Kubectl(ctx, "apply", "-k", standalone); err != nil {
+			t.Error(err)
+		}
+		if err := deploy.WaitRollout(ctx, cluster, t.Logf); err != nil {
+			t.Error(err)
+		}
+	})
+	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("the approver restarted with %v", args), func() (bool, error) {
+		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		return err == nil && dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 2 &&
+			dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+}
+
+// One identity's pile of requests (a stuck kubelet re-requests about every
+// 15 minutes) counts once against the flood guard: with --max-pending=3, a
+// node that has filed six is superseded down to its newest, and a real
+// worker asking meanwhile is still approved. (Counting CSRs, as before,
+// the six alone tripped the guard for the whole cluster.)
+func TestOneNodesPileOfRequestsStopsNobody(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	approverWith(t, ctx, "--max-pending=3")
+	const flooder = "flood-node" // no Node object: its newest waits (NodeNotInInventory)
+	user := "system:node:" + flooder
+	cs := impersonating(t, user, "system:nodes", "system:authenticated")
+	var pile []string
+	for i := 0; i < 6; i++ {
+		c, _ := createServingCSR(t, ctx, cs, user, metav1.ObjectMeta{Name: fmt.Sprintf("e2e-flood-%d", i)}, flooder, "198.51.100.7")
+		deleteCSRAtCleanup(t, c.Name)
+		pile = append(pile, c.Name)
+	}
+	for _, name := range pile[:len(pile)-1] {
+		waitCSREvent(t, ctx, name, "SupersededByNewerRequest")
+	}
+	t.Logf("%s's newest: %s", flooder, waitCSREvent(t, ctx, pile[len(pile)-1], "NodeNotInInventory"))
+
+	w := cluster.Workers()[0]
+	name, _ := requestServingCert(t, ctx, w.Name, w.IP)
+	deleteCSRAtCleanup(t, name)
+	if err := localcluster.Poll(ctx, time.Minute, "the worker's CSR "+name+" approved", func() (bool, error) {
+		c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && csrCondition(c, certv1.CertificateApproved) != nil, nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+	for _, n := range pile {
+		c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, n, metav1.GetOptions{})
+		if err != nil || csrCondition(c, certv1.CertificateApproved) != nil {
+			t.Fatalf("the flooder's %s: %v %+v", n, err, c.Status.Conditions)
+		}
+	}
+	t.Logf("%s approved beside %s's pile of %d", name, flooder, len(pile))
 }
 
 // A spoofed certready.io/node label: anyone who may create CSRs can label
