@@ -14,7 +14,8 @@
 # running containers are not touched). kind/kind-up.sh then gives kind a
 # docker that passes --runtime=certready-runc to the containers it creates.
 #   kind/docker-runtime.sh            probe, install if needed, print the runtime
-#   kind/docker-runtime.sh uninstall  remove the runtime from daemon.json
+#   kind/docker-runtime.sh uninstall  remove the runtime from daemon.json (dockerd
+#                                     forgets it at its next restart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=certready-runc
@@ -27,8 +28,7 @@ reload() {
   pid=$(pidof dockerd) || { log "no dockerd process to reload; restart Docker to apply $conf"; exit 1; }
   kill -HUP "$pid"
   for _ in $(seq 50); do
-    if [ "$1" = present ] && docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$name\""; then return 0; fi
-    if [ "$1" = absent ] && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$name\""; then return 0; fi
+    docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$name\"" && return 0
     sleep 0.2
   done
   log "dockerd did not pick up $conf after SIGHUP"; exit 1
@@ -45,9 +45,11 @@ edit_conf() { # jq program
 if [ "${1:-}" = uninstall ]; then
   [ -f "$conf" ] && jq -e ".runtimes[\"$name\"]" "$conf" >/dev/null 2>&1 || { log "$name is not registered"; exit 0; }
   edit_conf "del(.runtimes[\"$name\"]) | if .runtimes == {} then del(.runtimes) else . end"
-  reload absent
-  rm -f "$filter"
   log "removed $name from $conf"
+  # dockerd adds runtimes on SIGHUP but keeps removed ones until it
+  # restarts: the filter stays in place for it until then.
+  kill -HUP "$(pidof dockerd)" 2>/dev/null || true
+  log "dockerd keeps offering $name until it restarts; then remove $filter"
   exit 0
 fi
 
@@ -73,7 +75,7 @@ if ! docker info --format '{{json .Runtimes}}' | grep -q "\"$name\""; then
   log "--privileged containers fail here (pid 1 $(grep CapBnd /proc/1/status | tr -s '\t' ' ')): registering the Docker runtime $name ($filter) in $conf and reloading dockerd"
   install -D -m 0755 "$bin/runc-capfilter" "$filter"
   edit_conf ".runtimes[\"$name\"] = {\"path\": \"$filter\"}"
-  reload present
+  reload
 elif [ "$(id -u)" = 0 ] && ! cmp -s "$bin/runc-capfilter" "$filter"; then
   install -D -m 0755 "$bin/runc-capfilter" "$filter"
 fi

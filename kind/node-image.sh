@@ -202,13 +202,13 @@ STOPSIGNAL SIGRTMIN+3
 LABEL io.x-k8s.kind.offline=true io.certready.inputs=$key
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
-docker build -q -t "$image-files" "$ctx" >/dev/null
+files_image=$(docker build -q "$ctx")
 
 # Preload the images as kind's node-image build does: containerd started in
 # a build container, ctr import, commit.
 step "preloading ${#images[@]} images into the node's containerd"
 builder=certready-node-build-$key-$$
-docker run -d --pull never --name "$builder" --entrypoint sleep --security-opt seccomp=unconfined "$image-files" infinity >/dev/null
+docker run -d --pull never --name "$builder" --entrypoint sleep --security-opt seccomp=unconfined "$files_image" infinity >/dev/null
 docker cp "$work/images.tar" "$builder:/images.tar"
 docker exec "$builder" bash -c 'set -e
   nohup containerd > /var/log/containerd-build.log 2>&1 &
@@ -221,6 +221,5 @@ for n in "${images[@]}"; do
   grep -qx "$n" "$work/imported" || { log "$n is not in the node's containerd after import:"; cat "$work/imported" >&2; exit 1; }
 done
 docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' "$builder" "$image" >/dev/null
-docker rmi "$image-files" >/dev/null 2>&1 || true
 step "built $image (kind $kind_version, Kubernetes $k8s_version, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MiB", $1/1048576}'))"
 echo "$image"
