@@ -108,6 +108,10 @@ func runApprover(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(err)
 	}
+	// Events get a client (and so a client-side rate limit) of their own.
+	if o.EventClient, err = kf.client("certready-approver/" + version); err != nil {
+		return fail(err)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := httpserve.NewReadiness("caches not synced")

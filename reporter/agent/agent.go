@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/condition"
@@ -205,6 +206,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()
+	// Its own Node and its own CSRs, and of those only what the checks read.
+	if err := nodeInformer.Informer().SetTransform(trim.Node); err != nil {
+		return err
+	}
+	if err := csrInformer.Informer().SetTransform(trim.CSR(true)); err != nil {
+		return err
+	}
 	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {
 		counter := a.metrics.events.WithLabelValues(resource)
 		return cache.ResourceEventHandlerFuncs{

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
@@ -62,6 +63,9 @@ type Options struct {
 	// SharedAddressesOK turns off the refusal of an address that several
 	// Nodes report (nodes behind one NAT address, for one).
 	SharedAddressesOK bool
+	// EventClient records events (nil: the main client). A client of its
+	// own gives events their own client-side rate limit.
+	EventClient kubernetes.Interface
 	// APIServerHostLabel marks the Nodes that host an API server (kubeadm
 	// and kind: node-role.kubernetes.io/control-plane, set by the
 	// installer, never by the kubelet: NodeRestriction). Only those may
@@ -95,6 +99,23 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	nodeFactory := informers.NewSharedInformerFactory(client, 0)
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
 	nodeInformer := nodeFactory.Core().V1().Nodes()
+	// Cached is only what the policy, the flood guard and the taint
+	// fallback read: bounded memory per node whatever the kubelets report.
+	if err := csrInformer.SetTransform(trim.CSR(false)); err != nil {
+		return err
+	}
+	if err := nodeInformer.Informer().SetTransform(trim.Node); err != nil {
+		return err
+	}
+	// How many Nodes there are, kept by their events: the flood guard's
+	// default reads it on every decision, and a count must not be a scan.
+	var nodeCount atomic.Int64
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { nodeCount.Add(1) },
+		DeleteFunc: func(any) { nodeCount.Add(-1) },
+	}); err != nil {
+		return err
+	}
 
 	if err := nodeInformer.Informer().AddIndexers(inventory.AddressIndexers); err != nil {
 		return err
@@ -105,7 +126,9 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if o.SharedAddressesOK {
 		addressIndex = nil
 	}
-	inv, startInventory, err := buildInventory(client, o.InventorySpec, nodeInformer.Lister(), addressIndex)
+	inv, startInventory, err := buildInventory(client, o.InventorySpec, inventory.Nodes{
+		Lister: nodeInformer.Lister(), Indexer: addressIndex, Count: func() int { return int(nodeCount.Load()) },
+	})
 	if err != nil {
 		return err
 	}
@@ -135,9 +158,15 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		o.Controller.Policy.APIServerHostRule = "label " + key
 	}
 
+	// Events go through a client of their own: they are records, and must
+	// not spend the rate budget of the approvals they record.
+	events := o.EventClient
+	if events == nil {
+		events = client
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
 
@@ -262,14 +291,14 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 // buildInventory returns the source and, for watched sources, a function
 // that keeps it current and calls changed after each reload (with the
 // reload's error: the previous inventory is then kept).
-func buildInventory(client kubernetes.Interface, spec string, nodes corelisters.NodeLister, nodeIndex cache.Indexer) (inventory.Source, func(context.Context, func(error)), error) {
+func buildInventory(client kubernetes.Interface, spec string, nodes inventory.Nodes) (inventory.Source, func(context.Context, func(error)), error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "", "node":
 		if arg != "" {
 			return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
 		}
-		return inventory.Nodes{Lister: nodes, Indexer: nodeIndex}, nil, nil
+		return nodes, nil, nil
 	case "file":
 		if arg == "" {
 			return nil, nil, fmt.Errorf("--inventory=%s: want file:<path>", spec)

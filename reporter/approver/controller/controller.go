@@ -57,6 +57,7 @@ type Controller struct {
 	cfg      Config
 	client   kubernetes.Interface
 	csrs     certlisters.CertificateSigningRequestLister
+	byNode   cache.Indexer
 	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
@@ -104,6 +105,17 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-approver"}),
 	}
 	c.metrics = newMetrics(reg, c)
+	if err := csrInformer.AddIndexers(cache.Indexers{byRequester: func(obj any) ([]string, error) {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+			if node, ok := nodeOf(csr); ok {
+				return []string{node}, nil
+			}
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.byNode = csrInformer.GetIndexer()
 	handler, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
@@ -146,14 +158,20 @@ func (c *Controller) enqueue(obj any) {
 	}
 }
 
-// EnqueueNode re-evaluates the pending CSRs of node (its addresses changed).
+// byRequester indexes CSRs by the node in spec.username: the requester,
+// labelled or not yet.
+const byRequester = "certready.io/requester"
+
+// EnqueueNode re-evaluates the pending CSRs of node (its addresses or its
+// labels changed), found through the index: O(that node's CSRs), not a
+// scan of the cache on every Node event of a scale-up.
 func (c *Controller) EnqueueNode(node string) {
-	list, err := c.csrs.List(labels.SelectorFromSet(labels.Set{csrmatch.NodeLabel: node}))
+	objs, err := c.byNode.ByIndex(byRequester, node)
 	if err != nil {
 		return
 	}
-	for _, csr := range list {
-		if isPending(csr) {
+	for _, obj := range objs {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && isPending(csr) {
 			c.queue.Add(csr.Name)
 		}
 	}
@@ -243,15 +261,22 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if csr.Spec.SignerName != certv1.KubeletServingSignerName {
 		return 0, nil // never touch another signer's CSR, whatever its content
 	}
-	if csr, err = c.label(ctx, csr); err != nil {
-		if errors.Is(err, errReplaced) {
-			return -1, nil // the new object's own event follows
+	// A decision carries the label in the same write (the approval
+	// subresource keeps metadata changes): one write per approved CSR. Every
+	// other path that keeps a CSR labels it on its own, off the critical
+	// path, so that the node's agent sees its pending request.
+	relabel := func() (time.Duration, error) {
+		if _, err := c.label(ctx, csr); err != nil {
+			if errors.Is(err, errReplaced) {
+				return -1, nil // the new object's own event follows
+			}
+			return 0, err
 		}
-		return 0, err
+		return 0, nil
 	}
 	if !isPending(csr) {
 		c.decided.Delete(csr.UID)
-		return 0, nil
+		return relabel()
 	}
 	if _, done := c.decided.Load(csr.UID); done {
 		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
@@ -261,12 +286,15 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if newer := c.pending.newer(csr); newer != "" {
 		c.metrics.decisions.WithLabelValues("superseded", string(policy.RuleSuperseded)).Inc()
 		c.warnOnce(csr, policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
-		return 0, nil
+		return relabel()
 	}
 	if n, max := c.pending.nodes(), c.maxPending(); n >= max {
 		c.metrics.floodGuard.Set(1)
 		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
 		c.warnOnce(csr, policy.RuleFloodGuard, fmt.Sprintf("%s: %d distinct nodes have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max))
+		if _, err := relabel(); err != nil {
+			return 0, err
+		}
 		return c.cfg.FloodRetry, nil
 	}
 	c.metrics.floodGuard.Set(0)
@@ -288,6 +316,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	case d.Transient:
 		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
 		c.warnOnce(csr, d.Rule, d.Message+" (will retry)")
+		if _, err := relabel(); err != nil {
+			return 0, err
+		}
 		return -1, nil
 	case c.cfg.DenyOnMismatch:
 		by, err := c.decide(ctx, csr, certv1.CertificateDenied, d)
@@ -302,7 +333,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		if c.warnOnce(csr, d.Rule, d.Message+" (left pending)") {
 			logger.Info("Left pending", "node", d.Node, "message", d.Message)
 		}
-		return 0, nil
+		return relabel()
 	}
 }
 
@@ -311,33 +342,36 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 // label from a CSR whose requester is no node: anyone who may create CSRs
 // can set it, to fill a victim agent's cache.
 func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
-	node, isNode := nodeOf(csr)
-	current, labelled := csr.Labels[csrmatch.NodeLabel]
-	if (isNode && current == node) || (!isNode && !labelled) {
+	if !relabelled(csr.DeepCopy()) {
 		return csr, nil
 	}
 	api := c.client.CertificatesV1().CertificateSigningRequests()
-	out, err := c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
-		v, has := cur.Labels[csrmatch.NodeLabel]
-		switch {
-		case !isNode && has:
-			delete(cur.Labels, csrmatch.NodeLabel)
-			return true
-		case !isNode || v == node:
-			return false
-		}
-		if cur.Labels == nil {
-			cur.Labels = map[string]string{}
-		}
-		cur.Labels[csrmatch.NodeLabel] = node
-		return true
-	}, func(cur *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
+	out, err := c.update(ctx, csr, relabelled, func(cur *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
 		return api.Update(ctx, cur, metav1.UpdateOptions{})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("labelling CSR %s: %w", csr.Name, err)
 	}
 	return out, nil
+}
+
+// relabelled makes cur's certready.io/node label truthful (the requesting
+// node, or none when the requester is no node) and says whether it changed.
+func relabelled(cur *certv1.CertificateSigningRequest) bool {
+	node, isNode := nodeOf(cur)
+	v, has := cur.Labels[csrmatch.NodeLabel]
+	switch {
+	case !isNode && has:
+		delete(cur.Labels, csrmatch.NodeLabel)
+		return true
+	case !isNode || (has && v == node):
+		return false
+	}
+	if cur.Labels == nil {
+		cur.Labels = map[string]string{}
+	}
+	cur.Labels[csrmatch.NodeLabel] = node
+	return true
 }
 
 // notOurs handles a decision this process did not write: the CSR was
@@ -359,8 +393,9 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 	return 0, nil
 }
 
-// decide writes Approved or Denied through the approval subresource, only
-// on the evaluated object (same UID). When another actor decided the CSR
+// decide writes Approved or Denied, and the truthful certready.io/node
+// label, through the approval subresource in one request, only on the
+// evaluated object (same UID). When another actor decided the CSR
 // first, it writes nothing and returns what the CSR shows (Approved,
 // Denied, Failed or Issued) as by; by is empty when this call decided.
 func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) (by string, err error) {
@@ -370,6 +405,10 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 			by = state(cur)
 			return false
 		}
+		// The label in the same request: the approval subresource
+		// persists metadata changes (it resets only spec and status but
+		// the conditions), so a decision costs one write.
+		relabelled(cur)
 		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
 			Type:           typ,
 			Status:         corev1.ConditionTrue,

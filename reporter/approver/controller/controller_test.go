@@ -179,16 +179,20 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 	if c.Labels[csrmatch.NodeLabel] != "w1" {
 		t.Errorf("labels %v", c.Labels)
 	}
-	var approvals int
-	for _, a := range writesTo(e.cs, "csr-ok") {
-		if a.GetSubresource() == "approval" {
-			approvals++
-		}
-	}
-	if approvals != 1 {
-		t.Errorf("%d approval writes, want 1", approvals)
-	}
 	e.waitEvent("Normal " + string(policy.RuleApproved))
+	// One write for the whole decision: the approval subresource carries
+	// the label (it persists metadata), so a storm costs one request per CSR.
+	writes := writesTo(e.cs, "csr-ok")
+	if len(writes) != 1 || writes[0].GetSubresource() != "approval" {
+		var got []string
+		for _, w := range writes {
+			got = append(got, w.GetVerb()+" "+w.GetSubresource())
+		}
+		t.Fatalf("writes %q, want exactly one, to the approval subresource", got)
+	}
+	if o := writes[0].(k8stesting.UpdateAction).GetObject().(*certv1.CertificateSigningRequest); o.Labels[csrmatch.NodeLabel] != "w1" || !approved(o) {
+		t.Errorf("the approval write carries labels %v and conditions %+v, want the node label with the approval", o.Labels, o.Status.Conditions)
+	}
 }
 
 func TestApprovalRetriesAConflict(t *testing.T) {
@@ -503,4 +507,28 @@ func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 	e.waitFor("csr-spoof-node", "labelled with its requester", func(c *certv1.CertificateSigningRequest) bool {
 		return c.Labels[csrmatch.NodeLabel] == "w1"
 	})
+}
+
+// A node's new address re-evaluates its pending CSRs, found by requester
+// (spec.username) through an index: labelled or not, and without a scan of
+// every cached CSR on each Node event of a scale-up.
+func TestNodeChangeReevaluatesItsUnlabelledCSRs(t *testing.T) {
+	cs := fake.NewClientset(csr(t, "csr-new-ip", "w1", "192.0.2.99", signer))
+	// Label writes are answered but never stored (as if another writer
+	// removed the label at once): the CSR stays as the kubelet created it,
+	// and nothing retries it.
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "" {
+			return true, a.(k8stesting.UpdateAction).GetObject(), nil
+		}
+		return false, nil, nil
+	})
+	e := startWith(t, cs, controller.Config{})
+	e.waitEvent("Warning IPSANNotInInventory")
+	if labelled(e.get("csr-new-ip")) {
+		t.Fatal("labelled although label writes are not stored")
+	}
+	e.inv.Replace(map[string]inventory.Entry{"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.99")}}})
+	e.ctrl.EnqueueNode("w1")
+	e.waitFor("csr-new-ip", "approved once w1 reports the address", approved)
 }

@@ -25,6 +25,9 @@ import (
 type Nodes struct {
 	Lister  corelisters.NodeLister
 	Indexer cache.Indexer
+	// Count, when set, is the number of Nodes (kept by informer events);
+	// otherwise Size lists them.
+	Count func() int
 }
 
 // AddressIndex names the node informer's index of IP addresses.
@@ -88,6 +91,9 @@ func (n Nodes) Lookup(node string) (Entry, bool) {
 }
 
 func (n Nodes) Size() int {
+	if n.Count != nil {
+		return n.Count()
+	}
 	all, err := n.Lister.List(labels.Everything())
 	if err != nil {
 		return 0

@@ -1,0 +1,133 @@
+package trim
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// kubeletNode is a Node as a kubelet reports it: thirty images, node info,
+// capacity, managed fields of three writers.
+func kubeletNode() *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-1", UID: "u1", ResourceVersion: "42",
+			Labels:      map[string]string{"kubernetes.io/hostname": "worker-1", "node-role.kubernetes.io/control-plane": ""},
+			Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0"}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", Taints: []corev1.Taint{{Key: "readiness.k8s.io/KubeletServingCertNotReady", Value: "pending", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.11"}, {Type: corev1.NodeHostName, Address: "worker-1"}},
+			Conditions:      []corev1.NodeCondition{{Type: "Ready", Status: corev1.ConditionTrue}, {Type: "KubeletServingCertNotReady", Status: corev1.ConditionFalse}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+			NodeInfo:        corev1.NodeSystemInfo{MachineID: "abc", KernelVersion: "6.18", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://1.6.20", KubeletVersion: "v1.37.2"},
+			Capacity:        corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("24Gi")},
+			Allocatable:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("23Gi")},
+		},
+	}
+	for i := 0; i < 30; i++ {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{
+			Names:     []string{fmt.Sprintf("registry.example.com/team/app-%d@sha256:%064d", i, i), fmt.Sprintf("registry.example.com/team/app-%d:v1.%d", i, i)},
+			SizeBytes: 50 << 20,
+		})
+	}
+	for _, m := range []string{"kubelet", "kube-controller-manager", "certready-agent"} {
+		n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastHeartbeatTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:images":{},"f:nodeInfo":{}}}`)}})
+	}
+	return n
+}
+
+func size(t *testing.T, v any) int {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
+}
+
+func TestNodeKeepsWhatCertreadyReads(t *testing.T) {
+	n := kubeletNode()
+	before := size(t, n)
+	out, err := Node(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Node)
+	if got.Name != "worker-1" || got.UID != "u1" || got.ResourceVersion != "42" || len(got.Labels) != 2 || len(got.Annotations) != 1 {
+		t.Errorf("metadata lost: %+v", got.ObjectMeta)
+	}
+	if len(got.Spec.Taints) != 1 || got.Spec.PodCIDR == "" {
+		t.Errorf("spec lost: %+v", got.Spec)
+	}
+	if len(got.Status.Addresses) != 2 || len(got.Status.Conditions) != 2 || got.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
+		t.Errorf("addresses, conditions or the kubelet port lost: %+v", got.Status)
+	}
+	if len(got.ManagedFields) != 0 || len(got.Status.Images) != 0 || got.Status.NodeInfo.MachineID != "" || len(got.Status.Capacity) != 0 {
+		t.Errorf("kept what nothing reads: managed fields %d, images %d, node info %+v", len(got.ManagedFields), len(got.Status.Images), got.Status.NodeInfo)
+	}
+	after := size(t, got)
+	t.Logf("a kubelet's Node: %d bytes of JSON, %d trimmed", before, after)
+	if after*4 > before {
+		t.Errorf("trimmed to %d of %d bytes: want under a quarter", after, before)
+	}
+}
+
+func csr(decided bool) *certv1.CertificateSigningRequest {
+	c := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-1", Labels: map[string]string{"certready.io/node": "worker-1"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}, {Manager: "certready-approver"}}},
+		Spec: certv1.CertificateSigningRequestSpec{Request: []byte("-----BEGIN CERTIFICATE REQUEST-----..."), SignerName: certv1.KubeletServingSignerName, Username: "system:node:worker-1"},
+	}
+	if decided {
+		c.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}}
+		c.Status.Certificate = []byte("-----BEGIN CERTIFICATE-----...")
+	}
+	return c
+}
+
+func TestCSRDropsTheRequestOnceDecided(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		decided     bool
+		keepCert    bool
+		wantRequest bool
+		wantCert    bool
+	}{
+		{"pending: the policy still reads the request", false, false, true, false},
+		{"approved and issued, approver: neither request nor certificate", true, false, false, false},
+		{"approved and issued, agent: the certificate it matches", true, true, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := CSR(tc.keepCert)(csr(tc.decided))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := out.(*certv1.CertificateSigningRequest)
+			if len(c.ManagedFields) != 0 {
+				t.Error("managed fields kept")
+			}
+			if (len(c.Spec.Request) > 0) != tc.wantRequest || (len(c.Status.Certificate) > 0) != tc.wantCert {
+				t.Errorf("request kept %v (want %v), certificate kept %v (want %v)", len(c.Spec.Request) > 0, tc.wantRequest, len(c.Status.Certificate) > 0, tc.wantCert)
+			}
+			if c.Spec.Username == "" || c.Labels["certready.io/node"] == "" || len(c.Status.Conditions) == 0 && tc.decided {
+				t.Errorf("what the decision reads was lost: %+v", c)
+			}
+		})
+	}
+}
+
+func TestOtherObjectsPassUntouched(t *testing.T) {
+	tomb := cache.DeletedFinalStateUnknown{Key: "worker-1", Obj: kubeletNode()}
+	for _, f := range []cache.TransformFunc{Node, CSR(true)} {
+		out, err := f(tomb)
+		if err != nil || out.(cache.DeletedFinalStateUnknown).Key != "worker-1" {
+			t.Errorf("tombstone: %v %v", out, err)
+		}
+	}
+}
