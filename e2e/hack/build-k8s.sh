@@ -21,7 +21,7 @@ missing=()
 for b in "${bins[@]}"; do [ -x "$dir/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$dir"; exit 0; fi
 mkdir -p "$dir"
-echo "building ${missing[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}) into $dir; the first build takes 15 to 25 minutes on 2 cores" >&2
+echo "building ${missing[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}) into $dir; the first build takes 7 to 11 minutes on 2 cores" >&2
 tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 for b in "${missing[@]}"; do
