@@ -13,10 +13,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/observe"
 )
 
 const serviceAccountCA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -28,6 +29,7 @@ func runAgent(ctx context.Context, args []string) int {
 	var cfg agent.Config
 	var condType string
 	var metricsAddr, healthAddr string
+	var profiling bool
 	var kf kubeFlags
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "This node's name (default: $NODE_NAME, set it from the downward API spec.nodeName).")
 	fs.StringVar(&cfg.PKIDir, "kubelet-pki-dir", certfile.DefaultDir, "The kubelet's --cert-dir. Mount it at this same path: the kubelet's symlink target is absolute.")
@@ -35,7 +37,7 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.IntVar(&cfg.KubeletPort, "kubelet-port", 0, "Kubelet port to probe. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
 	var addrTypes string
 	fs.StringVar(&addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "The API server's --kubelet-preferred-address-types: it dials the node's first address of these types, so the certificate must cover that one (kubeadm's order by default).")
-	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "Node condition type to publish.")
+	fs.StringVar(&condType, "condition-type", names.ConditionType, "Node condition type to publish.")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", agent.Config{}.Defaults().Heartbeat, "Rewrite an unchanged condition at least this often (lastHeartbeatTime).")
 	fs.DurationVar(&cfg.Resync, "resync", agent.Config{}.Defaults().Resync, "Re-check at least this often, besides file, Node and CSR events.")
 	fs.DurationVar(&cfg.Settle, "settle", agent.Config{}.Defaults().Settle, "How long a state a healthy rotation passes through (file briefly absent, old certificate still served) must last before it is published.")
@@ -45,13 +47,14 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", agent.Config{}.Defaults().MaxClockSkew, "Largest difference tolerated between the node's clock and the API server's (the Date of its responses) before the condition says ClockSkew; validity is judged by the API server's clock either way.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9721", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9722", "Address for /healthz and /readyz (empty: off).")
+	fs.BoolVar(&profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr.")
 	kf.add(fs, 5, 10)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code
 	}
 	cfg.ConditionType = corev1.NodeConditionType(condType)
-	types, err := agent.ParseAddressTypes(addrTypes)
+	types, err := observe.ParseAddressTypes(addrTypes)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "certready agent: --kubelet-preferred-address-types: %v\n", err)
 		return 2
@@ -68,25 +71,25 @@ func runAgent(ctx context.Context, args []string) int {
 	// gets anyway: no request of its own.
 	cfg.Clock = apiclock.New()
 	restCfg.Wrap(cfg.Clock.Wrap)
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubernetes.NewForConfig(protobuf(restCfg))
 	if err != nil {
 		logger.Error(err, "Cannot build the API client")
 		return 1
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := httpserve.NewReadiness("caches not synced, no check completed")
 	a, err := agent.New(cfg, client, reg, ready)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "certready agent: %v\n", err)
 		return 2
 	}
-	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, a.Run)
+	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, profiling, a.Run)
 }
 
 // serveAndRun runs the metrics and health servers beside run, until ctx ends
 // or one of them fails.
-func serveAndRun(ctx context.Context, reg *prometheus.Registry, ready *httpserve.Readiness, metricsAddr, healthAddr string, run func(context.Context) error) int {
+func serveAndRun(ctx context.Context, reg *prometheus.Registry, ready *httpserve.Readiness, metricsAddr, healthAddr string, profiling bool, run func(context.Context) error) int {
 	logger := klog.FromContext(ctx)
 	g, gctx := errgroup.WithContext(ctx)
 	servers := []struct {
@@ -96,11 +99,13 @@ func serveAndRun(ctx context.Context, reg *prometheus.Registry, ready *httpserve
 	}{{flag: "metrics-addr", addr: metricsAddr}, {flag: "health-addr", addr: healthAddr}}
 	if metricsAddr != "" && metricsAddr == healthAddr {
 		mux := httpserve.HealthMux(ready)
-		mux.Handle("/metrics", httpserve.MetricsMux(reg))
+		metrics := httpserve.MetricsMux(reg, profiling)
+		mux.Handle("/metrics", metrics)
+		mux.Handle("/debug/pprof/", metrics)
 		servers = servers[:1]
 		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, mux)
 	} else {
-		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, httpserve.MetricsMux(reg))
+		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, httpserve.MetricsMux(reg, profiling))
 		servers[1].serve, servers[1].err = httpserve.Serve(gctx, "health-addr", healthAddr, httpserve.HealthMux(ready))
 	}
 	for _, s := range servers {

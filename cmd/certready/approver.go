@@ -13,11 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/taint"
-	"github.com/certready/certready/reporter/verdict"
 )
 
 func runApprover(ctx context.Context, args []string) int {
@@ -27,6 +28,7 @@ func runApprover(ctx context.Context, args []string) int {
 	var o approver.Options
 	var allowed, denied, apiIPs []string
 	var condType, metricsAddr, healthAddr string
+	var profiling bool
 	var kf kubeFlags
 	host, _ := os.Hostname()
 	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write.")
@@ -39,7 +41,7 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
 	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many distinct nodes have a kubelet-serving CSR pending (a node's older requests are superseded by its newest and count once). 0: number of inventory nodes + 100.")
 	fs.BoolVar(&o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
-	fs.IntVar(&o.Controller.Workers, "workers", 4, "Concurrent CSR workers.")
+	fs.IntVar(&o.Controller.Workers, "workers", 64, "Concurrent CSR workers: each waits on one API write at a time, so throughput is about workers / write latency (64 keeps pace with a 5000-node scale-up on a loaded API server; idle workers cost nothing).")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
 	fs.StringVar(&o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
@@ -52,10 +54,15 @@ func runApprover(ctx context.Context, args []string) int {
 	var softTaint string
 	fs.StringVar(&softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
 	fs.DurationVar(&o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
-	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition, for the taint fallback.")
+	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
-	kf.add(fs, 100, 200)
+	fs.BoolVar(&profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr (the bench reads the heap through it).")
+	// Sized so that the approver keeps pace with a fleet scale-up (one write
+	// per approved CSR: 500/s is above the creation rate a 2-core API server
+	// sustains); API Priority and Fairness (the shipped FlowSchema) is the
+	// server-side bound.
+	kf.add(fs, 500, 1000)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code
@@ -104,18 +111,30 @@ func runApprover(ctx context.Context, args []string) int {
 	}
 	o.Identity += "_" + hex.EncodeToString(suffix)
 
-	client, err := kf.client("certready-approver/" + version)
+	cfg, err := kf.config("certready-approver/" + version)
 	if err != nil {
 		return fail(err)
 	}
-	// Events get a client (and so a client-side rate limit) of their own.
-	if o.EventClient, err = kf.client("certready-approver/" + version); err != nil {
+	client, err := kubernetes.NewForConfig(protobuf(cfg))
+	if err != nil {
+		return fail(err)
+	}
+	// Events get a client (and so a client-side rate limit) of their own,
+	// at the old default: in a storm, approval events wait (or are dropped
+	// by the broadcaster) rather than the approvals they record, which the
+	// CSR's own condition carries anyway.
+	events := kf
+	events.qps, events.burst = 100, 200
+	if cfg, err = events.config("certready-approver/" + version); err != nil {
+		return fail(err)
+	}
+	if o.EventClient, err = kubernetes.NewForConfig(protobuf(cfg)); err != nil {
 		return fail(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := httpserve.NewReadiness("caches not synced")
-	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, func(ctx context.Context) error {
+	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, profiling, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)
 	})
 }

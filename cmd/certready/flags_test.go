@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestParseFillsFlagsFromTheEnvironment(t *testing.T) {
@@ -44,5 +46,23 @@ func TestParseRefusesStrayArguments(t *testing.T) {
 func TestEnvName(t *testing.T) {
 	if got := EnvName("kubelet-pki-dir"); got != "CERTREADY_KUBELET_PKI_DIR" {
 		t.Errorf("EnvName = %s", got)
+	}
+}
+
+func TestGoCollectorExportsTheLiveHeap(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(goCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"go_gc_heap_live_bytes", "go_memstats_heap_inuse_bytes", "go_goroutines"} {
+		if !names[want] {
+			t.Errorf("%s not exported", want)
+		}
 	}
 }

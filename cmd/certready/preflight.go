@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/pager"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
-	"github.com/certready/certready/reporter/verdict"
 )
 
 // runPreflight lists, read-only, what creating the NodeReadinessRule would
@@ -28,7 +28,7 @@ func runPreflight(ctx context.Context, args []string) int {
 	var kf kubeFlags
 	var ruleFile, output, condType string
 	fs.StringVar(&ruleFile, "rule", "", "A file holding the NodeReadinessRule to check (- for stdin, e.g. kubectl kustomize <overlay> | certready preflight --rule -). Empty: the rule of manifests/overlays/nrc.")
-	fs.StringVar(&condType, "condition-type", verdict.DefaultConditionType, "The agent's node condition.")
+	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
 	fs.StringVarP(&output, "output", "o", "table", "table or json.")
 	kf.add(fs, 20, 40)
 	if code := parseOrExit(fs, args); code >= 0 {

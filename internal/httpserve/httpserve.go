@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -55,10 +56,19 @@ func HealthMux(r *Readiness) *http.ServeMux {
 	return mux
 }
 
-// MetricsMux serves /metrics from reg.
-func MetricsMux(reg *prometheus.Registry) *http.ServeMux {
+// MetricsMux serves /metrics from reg and, when profiling, Go's profiles
+// under /debug/pprof/ (as Kubernetes' components do with --profiling):
+// stacks and allocation sizes, never memory contents.
+func MetricsMux(reg *prometheus.Registry, profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

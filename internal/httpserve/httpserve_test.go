@@ -3,10 +3,12 @@ package httpserve_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestServeListenAddresses(t *testing.T) {
@@ -39,5 +41,25 @@ func TestServeListenAddresses(t *testing.T) {
 				t.Fatalf("Serve(%q) error %v, want one naming the flag and %q", tc.addr, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestProfilesOnlyWhenAsked(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		srv := httptest.NewServer(httpserve.MetricsMux(prometheus.NewRegistry(), profiling))
+		resp, err := srv.Client().Get(srv.URL + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling]; resp.StatusCode != want {
+			t.Errorf("profiling=%v: /debug/pprof/heap answered %d, want %d", profiling, resp.StatusCode, want)
+		}
+		if resp, err := srv.Client().Get(srv.URL + "/metrics"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("profiling=%v: /metrics: %v %v", profiling, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		srv.Close()
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"time"
+
+	"github.com/certready/certready/internal/names"
 )
 
 var serial atomic.Int64
@@ -93,7 +95,7 @@ func (ca *CA) Issue(s Serving) (*Pair, error) {
 		return nil, err
 	}
 	if s.CN == "" {
-		s.CN = "system:node:" + s.Node
+		s.CN = names.NodeUser(s.Node)
 	}
 	if s.Orgs == nil {
 		s.Orgs = []string{"system:nodes"}
@@ -177,7 +179,7 @@ func NewCSR(r Request) ([]byte, crypto.Signer, error) {
 		return nil, nil, err
 	}
 	if r.CN == "" {
-		r.CN = "system:node:" + r.Node
+		r.CN = names.NodeUser(r.Node)
 	}
 	if r.Orgs == nil {
 		r.Orgs = []string{"system:nodes"}

@@ -9,26 +9,38 @@
 package trim
 
 import (
+	"slices"
+
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
-// Node keeps of a Node its metadata (labels, annotations, UID,
-// resourceVersion), its spec (taints), and of its status the addresses,
-// the conditions and the kubelet's endpoint.
-func Node(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
+// Node returns a transform that keeps of a Node its metadata (labels,
+// annotations, UID, resourceVersion), its spec (taints), and of its status
+// the addresses, the kubelet's endpoint and the conditions of the given
+// types (certready reads only its own: a kubelet's five others, with their
+// messages, are a fifth of a trimmed Node).
+func Node(conditions ...corev1.NodeConditionType) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil
+		}
+		n.ManagedFields = nil
+		var kept []corev1.NodeCondition
+		for _, c := range n.Status.Conditions {
+			if slices.Contains(conditions, c.Type) {
+				kept = append(kept, c)
+			}
+		}
+		n.Status = corev1.NodeStatus{
+			Addresses:       n.Status.Addresses,
+			Conditions:      kept,
+			DaemonEndpoints: n.Status.DaemonEndpoints,
+		}
+		return n, nil
 	}
-	n.ManagedFields = nil
-	n.Status = corev1.NodeStatus{
-		Addresses:       n.Status.Addresses,
-		Conditions:      n.Status.Conditions,
-		DaemonEndpoints: n.Status.DaemonEndpoints,
-	}
-	return n, nil
 }
 
 // CSR returns a transform for CertificateSigningRequests: managed fields

@@ -54,7 +54,7 @@ func size(t *testing.T, v any) int {
 func TestNodeKeepsWhatCertreadyReads(t *testing.T) {
 	n := kubeletNode()
 	before := size(t, n)
-	out, err := Node(n)
+	out, err := Node("KubeletServingCertNotReady")(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestNodeKeepsWhatCertreadyReads(t *testing.T) {
 	if len(got.Spec.Taints) != 1 || got.Spec.PodCIDR == "" {
 		t.Errorf("spec lost: %+v", got.Spec)
 	}
-	if len(got.Status.Addresses) != 2 || len(got.Status.Conditions) != 2 || got.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
+	if len(got.Status.Addresses) != 2 || len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != "KubeletServingCertNotReady" || got.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
 		t.Errorf("addresses, conditions or the kubelet port lost: %+v", got.Status)
 	}
 	if len(got.ManagedFields) != 0 || len(got.Status.Images) != 0 || got.Status.NodeInfo.MachineID != "" || len(got.Status.Capacity) != 0 {
@@ -124,7 +124,7 @@ func TestCSRDropsTheRequestOnceDecided(t *testing.T) {
 
 func TestOtherObjectsPassUntouched(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "worker-1", Obj: kubeletNode()}
-	for _, f := range []cache.TransformFunc{Node, CSR(true)} {
+	for _, f := range []cache.TransformFunc{Node("KubeletServingCertNotReady"), CSR(true)} {
 		out, err := f(tomb)
 		if err != nil || out.(cache.DeletedFinalStateUnknown).Key != "worker-1" {
 			t.Errorf("tombstone: %v %v", out, err)

@@ -9,11 +9,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,18 +31,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/condition"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/observe"
 	"github.com/certready/certready/reporter/probe"
 	"github.com/certready/certready/reporter/verdict"
 )
-
-// DefaultKubeletPort is used when neither the flag nor the Node says otherwise.
-const DefaultKubeletPort = 10250
 
 // Config is the agent's configuration; Defaults fills the zero values.
 type Config struct {
@@ -96,7 +90,7 @@ func (c Config) Defaults() Config {
 		c.PKIDir = certfile.DefaultDir
 	}
 	if c.ConditionType == "" {
-		c.ConditionType = verdict.DefaultConditionType
+		c.ConditionType = names.ConditionType
 	}
 	def(&c.Heartbeat, 5*time.Minute)
 	def(&c.Resync, time.Minute)
@@ -140,6 +134,7 @@ type Agent struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	nodes    corelisters.NodeLister
 	csrs     *csrSource
+	check    observe.Check
 	writer   *condition.Writer
 	recorder record.EventRecorder
 	// writerUID is the Node object writer was made for.
@@ -201,13 +196,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			// Anyone who may create CSRs can set the label; only the
 			// kubelet-serving signer's are cached (the approver corrects
 			// the label on those), so others cannot fill this cache.
-			o.LabelSelector = labels.Set{csrmatch.NodeLabel: a.cfg.NodeName}.String()
-			o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", csrmatch.SignerName).String()
+			o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
+			o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
 		}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()
 	// Its own Node and its own CSRs, and of those only what the checks read.
-	if err := nodeInformer.Informer().SetTransform(trim.Node); err != nil {
+	if err := nodeInformer.Informer().SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
 		return err
 	}
 	if err := csrInformer.Informer().SetTransform(trim.CSR(true)); err != nil {
@@ -243,6 +238,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.csrs = &csrSource{
 		node: a.cfg.NodeName, labelled: csrInformer.Lister(), client: a.client,
 		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
+	}
+	a.check = observe.Check{
+		PKIDir: a.cfg.PKIDir, CAFile: a.cfg.CAFile, KubeletPort: a.cfg.KubeletPort,
+		ProbeTimeout: a.cfg.ProbeTimeout, CSRRetention: a.cfg.CSRRetention, CSRs: a.csrs,
+		Remembered: func(fp fingerprint.SHA256) *csrmatch.Result {
+			if a.proven == nil || a.proven.fp != fp {
+				return nil
+			}
+			csr := a.proven.csr
+			return &csr
+		},
+		Stage: a.setStage, Done: a.metrics.observe,
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -326,44 +333,20 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.writerUID = node.UID
 	}
 	now := a.now()
-	in := verdict.Input{Node: NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now}
+	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now}
 	if a.cfg.Clock != nil {
 		if r := a.cfg.Clock.Read(); r.Known {
 			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
 			a.metrics.clockSkew.Set(r.Skew.Seconds())
 		}
 	}
-	in.CA, in.CAErr = LoadCA(a.cfg.CAFile)
-
-	a.setStage("reading the installed certificate")
-	start := time.Now()
-	in.File = certfile.Read(a.cfg.PKIDir)
-	a.metrics.observe(verdict.CheckFile, time.Since(start))
+	in = a.check.Run(ctx, in, node)
 	if in.File.State == certfile.Present {
 		a.metrics.notAfter.Set(float64(in.File.Leaf.NotAfter.Unix()))
 		a.metrics.observation.Set(1)
 	} else {
 		a.metrics.notAfter.Set(0)
 		a.metrics.observation.Set(0)
-	}
-
-	a.setStage("looking up CSRs")
-	start = time.Now()
-	proven := a.proven != nil && a.proven.fp == in.File.Fingerprint && !in.File.Fingerprint.IsZero()
-	ev := &verdict.CSREvidence{Retention: a.cfg.CSRRetention}
-	ev.Match, ev.LookupErr = a.csrs.evidence(ctx, now, in.File.Fingerprint, proven)
-	if proven {
-		ev.Remembered = &a.proven.csr
-	}
-	in.CSR = ev
-	a.metrics.observe(verdict.CheckCSR, time.Since(start))
-
-	if verdict.NeedsEndpoint(in) {
-		a.setStage("probing the kubelet port")
-		start = time.Now()
-		res := probe.Probe(ctx, a.target(node, in))
-		a.metrics.observe(verdict.CheckEndpoint, time.Since(start))
-		in.Endpoint = &res
 	}
 	if err := ctx.Err(); err != nil {
 		// Shutting down: a probe cut short says nothing about the kubelet.
@@ -372,8 +355,8 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	v := verdict.Evaluate(in)
 	a.metrics.evaluated(v)
 	a.checks++
-	if ev.Match.State == csrmatch.Issued && v.Ready() {
-		a.proven = &provenCSR{fp: in.File.Fingerprint, csr: ev.Match}
+	if in.CSR.Match.State == csrmatch.Issued && v.Ready() {
+		a.proven = &provenCSR{fp: in.File.Fingerprint, csr: in.CSR.Match}
 	}
 
 	next := a.cfg.Resync
@@ -424,7 +407,7 @@ func (a *Agent) mine(obj any) bool {
 		obj = d.Obj
 	}
 	c, ok := obj.(*certv1.CertificateSigningRequest)
-	return ok && labelledFor(c, a.cfg.NodeName)
+	return ok && observe.LabelledFor(c, a.cfg.NodeName)
 }
 
 // watchdog publishes Unknown/CheckStalled once no check has completed for
@@ -492,63 +475,6 @@ func (a *Agent) settle(v verdict.Verdict, now time.Time) time.Duration {
 	return 0
 }
 
-func (a *Agent) target(node *corev1.Node, in verdict.Input) probe.Target {
-	return EndpointTarget(in, KubeletPort(a.cfg.KubeletPort, node), a.cfg.ProbeTimeout)
-}
-
-// KubeletPort is flag when set, else the Node's daemon endpoint port (node
-// may be nil), else DefaultKubeletPort.
-func KubeletPort(flag int, node *corev1.Node) int {
-	if flag == 0 && node != nil {
-		flag = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
-	}
-	if flag == 0 {
-		flag = DefaultKubeletPort
-	}
-	return flag
-}
-
-// EndpointTarget says where the kubelet port of in.Node is dialled and which
-// name its certificate must carry: the first InternalIP is dialled (else the
-// API server's address, else the node name), and the certificate is
-// verified for the address the API server dials (in.Node.Dial). Without
-// one: the InternalIP, or the node name for a DNS-only certificate.
-func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
-	host, name := in.Node.Name, in.Node.Name
-	if in.Node.Dial != "" {
-		host = in.Node.Dial
-	}
-	if len(in.Node.InternalIPs) > 0 {
-		host = in.Node.InternalIPs[0].String()
-		if in.File.Leaf != nil && len(in.File.Leaf.IPAddresses) > 0 {
-			name = host
-		}
-	}
-	if in.Node.Dial != "" {
-		name = in.Node.Dial
-	}
-	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout, Now: in.ValidityTime()}
-}
-
-// DefaultPreferredAddressTypes is kubeadm's --kubelet-preferred-address-types
-// for the API server: the order in which it picks a node's address to dial.
-var DefaultPreferredAddressTypes = []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName}
-
-// ParseAddressTypes reads a --kubelet-preferred-address-types value.
-func ParseAddressTypes(s string) ([]corev1.NodeAddressType, error) {
-	var out []corev1.NodeAddressType
-	for _, part := range strings.Split(s, ",") {
-		t := corev1.NodeAddressType(strings.TrimSpace(part))
-		switch t {
-		case corev1.NodeHostName, corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
-			out = append(out, t)
-		default:
-			return nil, fmt.Errorf("%q is not an address type (Hostname, InternalIP, ExternalIP, InternalDNS, ExternalDNS)", part)
-		}
-	}
-	return out, nil
-}
-
 // untilBoundary is the time until the certificate's next validity edge
 // (NotBefore in the future, else NotAfter), plus a second so that the check
 // lands on the far side of it.
@@ -562,51 +488,4 @@ func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
 		return time.Duration(1<<63 - 1)
 	}
 	return d
-}
-
-// NodeInfo is what the verdict needs of a Node: its name, InternalIPs and
-// the address the API server dials, the first one found in preferred
-// (DefaultPreferredAddressTypes when empty), as the API server picks it.
-func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
-	info := verdict.Node{Name: n.Name}
-	for _, addr := range n.Status.Addresses {
-		if addr.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(addr.Address); err == nil {
-			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
-		}
-	}
-	if len(preferred) == 0 {
-		preferred = DefaultPreferredAddressTypes
-	}
-	for _, t := range preferred {
-		for _, addr := range n.Status.Addresses {
-			if addr.Type == t && addr.Address != "" {
-				info.Dial, info.DialType = addr.Address, string(t)
-				if ip, err := netip.ParseAddr(addr.Address); err == nil {
-					info.Dial = ip.Unmap().String()
-				}
-				return info
-			}
-		}
-	}
-	return info
-}
-
-// LoadCA reads a PEM bundle; an error names the file and what is wrong.
-func LoadCA(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("CA file %s: %w", path, err)
-	}
-	certs, err := certfile.ParseCertificates(data)
-	if err != nil {
-		return nil, fmt.Errorf("CA file %s: %v", path, err)
-	}
-	pool := x509.NewCertPool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	return pool, nil
 }

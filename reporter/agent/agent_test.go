@@ -28,11 +28,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/condition"
-	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/verdict"
 )
 
@@ -42,6 +42,7 @@ import (
 type kubelet struct {
 	cert       atomic.Pointer[tls.Certificate]
 	handshakes atomic.Int64
+	accepted   atomic.Int64
 	port       int
 
 	mu   sync.Mutex
@@ -97,6 +98,7 @@ func startKubelet(t *testing.T) *kubelet {
 				return
 			}
 			hold := k.held()
+			k.accepted.Add(1)
 			go func() {
 				defer c.Close()
 				if hold != nil {
@@ -198,7 +200,7 @@ func (h *harness) condition() *corev1.NodeCondition {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return condition.Find(n, verdict.DefaultConditionType)
+	return condition.Find(n, names.ConditionType)
 }
 
 // waitFor polls the node until its condition has reason, or fails at the deadline.
@@ -245,8 +247,8 @@ func (h *harness) healthy(csr string) *testpki.Pair {
 
 func labelledCSR(name string, created time.Time) *certv1.CertificateSigningRequest {
 	return &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{csrmatch.NodeLabel: "w1"}, CreationTimestamp: metav1.NewTime(created)},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: csrmatch.SignerName, Username: "system:node:w1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.NodeLabel: "w1"}, CreationTimestamp: metav1.NewTime(created)},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: "system:node:w1"},
 	}
 }
 
@@ -353,11 +355,17 @@ func TestNoFalseBeforeACompleteCheck(t *testing.T) {
 	}
 }
 
+// Shutting down cuts a probe short; what it then says (unreachable) is
+// about the agent, not the kubelet, and must not be published.
 func TestShutdownPublishesNothing(t *testing.T) {
 	h := newHarness(t, labelledCSR("csr-1", time.Now()))
 	h.healthy("csr-1")
-	stop := h.run(agent.Config{})
+	stop := h.run(agent.Config{ProbeTimeout: time.Minute})
 	h.waitFor(verdict.Ready)
+	h.kubelet.stall()
+	accepted := h.kubelet.accepted.Load()
+	h.queueNudge()
+	h.poll("a check stuck in its probe", func() bool { return h.kubelet.accepted.Load() > accepted })
 	stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -522,7 +530,7 @@ func TestForeignCSRsAreNotCachedOrChecked(t *testing.T) {
 	mu.Lock()
 	got := strings.Join(selectors, "; ")
 	mu.Unlock()
-	if !strings.Contains(got, csrmatch.NodeLabel+"=w1 spec.signerName="+csrmatch.SignerName) {
+	if !strings.Contains(got, names.NodeLabel+"=w1 spec.signerName="+names.SignerName) {
 		t.Errorf("the CSR informer listed with %q, want the node label and the kubelet-serving signer", got)
 	}
 	checks := value(t, h.reg, "certready_watch_events_total", map[string]string{"resource": "csrs"})
@@ -542,6 +550,7 @@ func TestRotationGapIsNotPublished(t *testing.T) {
 	h.healthy("csr-1")
 	h.run(agent.Config{Settle: time.Second})
 	h.waitFor(verdict.Ready)
+	skipped := value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"})
 
 	// The kubelet's own sequence: file removed, then a new symlink renamed
 	// onto it. Here the gap is stretched to a tenth of the settle period.
@@ -558,9 +567,9 @@ func TestRotationGapIsNotPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.queueNudge()
-	// Wait until the agent has certainly re-checked after the gap.
+	// A check after the gap has published (the unchanged Ready: Skipped).
 	h.poll("a re-check after the gap", func() bool {
-		return value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"}) >= 1
+		return value(t, h.reg, "certready_condition_writes_total", map[string]string{"outcome": "Skipped"}) > skipped
 	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -627,20 +636,6 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: err = %v", flag, err)
 		}
-	}
-}
-
-func TestLoadCA(t *testing.T) {
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty.crt")
-	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agent.LoadCA(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no CERTIFICATE") {
-		t.Errorf("err = %v", err)
-	}
-	if _, err := agent.LoadCA(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
-		t.Errorf("err = %v", err)
 	}
 }
 

@@ -104,7 +104,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if err := csrInformer.SetTransform(trim.CSR(false)); err != nil {
 		return err
 	}
-	if err := nodeInformer.Informer().SetTransform(trim.Node); err != nil {
+	if err := nodeInformer.Informer().SetTransform(trim.Node(o.ConditionType)); err != nil {
 		return err
 	}
 	// How many Nodes there are, kept by their events: the flood guard's

@@ -12,18 +12,9 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/fingerprint"
-)
-
-const (
-	// SignerName is the only signer certready looks at.
-	SignerName = certv1.KubeletServingSignerName
-	// NodeLabel is set by the approver on every kubelet-serving CSR so that
-	// each agent can watch only its own node's requests.
-	NodeLabel = "certready.io/node"
-	// UserPrefix is the username prefix of node credentials.
-	UserPrefix = "system:node:"
 )
 
 // State is what the node's CSRs say about the installed certificate.
@@ -59,15 +50,15 @@ type Result struct {
 func (r Result) Describe() string {
 	switch r.State {
 	case Issued:
-		return fmt.Sprintf("CSR %s (created %s)", r.Name, stamp(r.Created))
+		return fmt.Sprintf("CSR %s (created %s)", r.Name, names.Stamp(r.Created))
 	case Pending:
-		return fmt.Sprintf("CSR %s pending approval since %s", r.Name, stamp(r.Created))
+		return fmt.Sprintf("CSR %s pending approval since %s", r.Name, names.Stamp(r.Created))
 	case Denied:
-		return fmt.Sprintf("CSR %s (created %s) was denied%s", r.Name, stamp(r.Created), suffix(r.Detail))
+		return fmt.Sprintf("CSR %s (created %s) was denied%s", r.Name, names.Stamp(r.Created), suffix(r.Detail))
 	case Failed:
-		return fmt.Sprintf("CSR %s (created %s) failed to sign%s", r.Name, stamp(r.Created), suffix(r.Detail))
+		return fmt.Sprintf("CSR %s (created %s) failed to sign%s", r.Name, names.Stamp(r.Created), suffix(r.Detail))
 	case NotIssued:
-		return fmt.Sprintf("CSR %s (created %s) is approved but not issued yet", r.Name, stamp(r.Created))
+		return fmt.Sprintf("CSR %s (created %s) is approved but not issued yet", r.Name, names.Stamp(r.Created))
 	}
 	if r.Seen == 0 {
 		return "no kubelet-serving CSR from this node exists"
@@ -83,8 +74,6 @@ func (r Result) Age(now time.Time) time.Duration {
 	return now.Sub(r.Created).Truncate(time.Second)
 }
 
-func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
 func suffix(s string) string {
 	if s == "" {
 		return ""
@@ -95,10 +84,10 @@ func suffix(s string) string {
 // Match looks through csrs for node's kubelet-serving requests. CSRs of
 // other signers or other users are ignored whatever their content.
 func Match(csrs []*certv1.CertificateSigningRequest, node string, installed fingerprint.SHA256) Result {
-	user := UserPrefix + node
+	user := names.UserPrefix + node
 	var mine []*certv1.CertificateSigningRequest
 	for _, c := range csrs {
-		if c == nil || c.Spec.SignerName != SignerName || c.Spec.Username != user {
+		if c == nil || c.Spec.SignerName != names.SignerName || c.Spec.Username != user {
 			continue
 		}
 		mine = append(mine, c)

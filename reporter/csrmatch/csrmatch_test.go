@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/fingerprint"
@@ -22,7 +23,7 @@ type csrOpt func(*certv1.CertificateSigningRequest)
 func newCSR(name, user string, age time.Duration, opts ...csrOpt) *certv1.CertificateSigningRequest {
 	c := &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(base.Add(-age))},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: csrmatch.SignerName, Username: user},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: user},
 	}
 	for _, o := range opts {
 		o(c)

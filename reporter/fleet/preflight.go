@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/reporter/condition"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // OptOutLabel excludes a node from the shipped NodeReadinessRule (its
@@ -60,7 +62,7 @@ func ShippedRule() Rule {
 		{Key: OptOutLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
 	}})
 	return Rule{Name: "kubelet-serving-cert", Selector: sel, ConditionType: "KubeletServingCertNotReady", RequiredStatus: corev1.ConditionFalse,
-		Taint: corev1.Taint{Key: "readiness.k8s.io/KubeletServingCertNotReady", Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
+		Taint: corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}}
 }
 
 // ReadRule finds the one NodeReadinessRule in a YAML stream (a rule file,

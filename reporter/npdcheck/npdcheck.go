@@ -13,17 +13,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
-	"github.com/certready/certready/reporter/agent"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/observe"
 	"github.com/certready/certready/reporter/verdict"
 )
 
@@ -70,20 +65,21 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 	if o.CSRRetention == 0 {
 		o.CSRRetention = time.Hour
 	}
-	in := verdict.Input{Node: verdict.Node{Name: o.NodeName, InternalIPs: o.NodeIPs}, Now: o.Now, SkipCSR: o.Client == nil}
+	check := observe.Check{PKIDir: o.PKIDir, CAFile: o.CAFile, KubeletPort: o.KubeletPort, ProbeTimeout: o.Timeout, CSRRetention: o.CSRRetention}
+	in := verdict.Input{Node: verdict.Node{Name: o.NodeName, InternalIPs: o.NodeIPs}, Now: o.Now}
 	var node *corev1.Node
 	if o.Client != nil {
 		var err error
 		if node, err = o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err != nil {
 			return verdict.Verdict{}, fmt.Errorf("reading node %s: %w", o.NodeName, err)
 		}
-		info := agent.NodeInfo(node, nil)
+		info := observe.NodeInfo(node, nil)
 		if len(in.Node.InternalIPs) == 0 {
 			in.Node.InternalIPs = info.InternalIPs
 		}
 		in.Node.Dial, in.Node.DialType = info.Dial, info.DialType
+		check.CSRs = observe.APICSRs{Client: o.Client, Node: o.NodeName}
 	}
-	port := agent.KubeletPort(o.KubeletPort, node)
 	if len(in.Node.InternalIPs) == 0 {
 		return verdict.Verdict{}, fmt.Errorf("no node IP: pass --node-ip or API credentials")
 	}
@@ -92,42 +88,11 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 		// (kubeadm's --kubelet-preferred-address-types).
 		in.Node.Dial, in.Node.DialType = in.Node.InternalIPs[0].String(), string(corev1.NodeInternalIP)
 	}
-	in.CA, in.CAErr = agent.LoadCA(o.CAFile)
-	in.File = certfile.Read(o.PKIDir)
-	if o.Client != nil {
-		csrs, err := listNodeCSRs(ctx, o.Client, o.NodeName)
-		ev := &verdict.CSREvidence{LookupErr: err, Retention: o.CSRRetention}
-		if err == nil {
-			ev.Match = csrmatch.Match(csrs, o.NodeName, in.File.Fingerprint)
-		}
-		in.CSR = ev
-	}
-	if verdict.NeedsEndpoint(in) {
-		res := probe.Probe(ctx, agent.EndpointTarget(in, port, o.Timeout))
-		in.Endpoint = &res
+	in = check.Run(ctx, in, node)
+	if err := ctx.Err(); err != nil {
+		return verdict.Verdict{}, err
 	}
 	return verdict.Evaluate(in), nil
-}
-
-// listNodeCSRs reads the node's kubelet-serving CSRs: the labelled ones
-// first, the signer-wide list only when none is labelled.
-func listNodeCSRs(ctx context.Context, cs kubernetes.Interface, node string) ([]*certv1.CertificateSigningRequest, error) {
-	api := cs.CertificatesV1().CertificateSigningRequests()
-	list, err := api.List(ctx, metav1.ListOptions{LabelSelector: csrmatch.NodeLabel + "=" + node})
-	if err != nil {
-		return nil, fmt.Errorf("listing CSRs: %w", err)
-	}
-	if len(list.Items) == 0 {
-		list, err = api.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.signerName", csrmatch.SignerName).String(), Limit: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("listing CSRs: %w", err)
-		}
-	}
-	out := make([]*certv1.CertificateSigningRequest, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
-	return out, nil
 }
 
 // Line makes s one line of at most MaxOutput bytes, cut on a rune boundary.

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/npdcheck"
 )
 
@@ -60,8 +60,8 @@ func TestRun(t *testing.T) {
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
 	node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
 	issuedCSR := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "csr-1", Labels: map[string]string{csrmatch.NodeLabel: "w1"}},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: csrmatch.SignerName, Username: "system:node:w1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-1", Labels: map[string]string{names.NodeLabel: "w1"}},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: "system:node:w1"},
 		Status: certv1.CertificateSigningRequestStatus{
 			Conditions:  []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}},
 			Certificate: young.CertPEM(),

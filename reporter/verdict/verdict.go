@@ -18,13 +18,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/probe"
 )
-
-// DefaultConditionType is the node condition certready owns.
-const DefaultConditionType = "KubeletServingCertNotReady"
 
 // Check names one step of the verification.
 type Check string
@@ -153,7 +151,7 @@ func Stalled(now, last time.Time, stage string) Verdict {
 	return Verdict{
 		Status: corev1.ConditionUnknown, Reason: CheckStalled,
 		Message: fmt.Sprintf("no check completed for %s (since %s; now in %s): the agent's checks are stuck, its last verdict no longer stands; see its logs",
-			now.Sub(last).Round(time.Second), stamp(last), stage),
+			now.Sub(last).Round(time.Second), names.Stamp(last), stage),
 	}
 }
 
@@ -215,29 +213,25 @@ func (e *evaluation) certificate() (Verdict, bool) {
 		}
 		return e.fail(CheckCertificate, corev1.ConditionTrue, ClockSkew,
 			"node clock is %s %s the API server's (the Date of its responses; at most %s tolerated): the kubelet rotates its certificate by that clock; certificate %s is valid until %s by the API server's clock; fix the node's time sync",
-			by.Round(time.Second), dir, c.Max, fp, stamp(leaf.NotAfter))
+			by.Round(time.Second), dir, c.Max, fp, names.Stamp(leaf.NotAfter))
 	}
-	wantCN := csrmatch.UserPrefix + in.Node.Name
+	wantCN := names.UserPrefix + in.Node.Name
 	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
 			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)
 	}
 	if now.Before(leaf.NotBefore) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateNotYetValid,
-			"certificate %s is not valid before %s (clock skew?)", fp, stamp(leaf.NotBefore))
+			"certificate %s is not valid before %s (clock skew?)", fp, names.Stamp(leaf.NotBefore))
 	}
 	if !now.Before(leaf.NotAfter) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateExpired,
-			"certificate %s expired at %s and was not renewed", fp, stamp(leaf.NotAfter))
+			"certificate %s expired at %s and was not renewed", fp, names.Stamp(leaf.NotAfter))
 	}
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
 	}
-	pool := x509.NewCertPool()
-	for _, c := range in.File.Intermediates {
-		pool.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: in.CA, Intermediates: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+	if err := probe.Verify(leaf, in.File.Intermediates, in.CA, "", now); err != nil {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
 	}
 	if msg := coverage(leaf, in.Node); msg != "" {
@@ -364,7 +358,7 @@ func (e *evaluation) endpoint() Verdict {
 				Status: corev1.ConditionFalse,
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
-					in.File.Fingerprint.Short(), stamp(leaf.NotAfter), e.proof, ep.Addr),
+					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr),
 				Results: e.results,
 				Proof:   e.proof,
 			}
@@ -375,7 +369,7 @@ func (e *evaluation) endpoint() Verdict {
 		default:
 			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateMismatch,
 				"%s presents %s (valid until %s), not the installed %s: the kubelet serves a stale certificate",
-				ep.Addr, ep.Fingerprint.Short(), stamp(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
+				ep.Addr, ep.Fingerprint.Short(), names.Stamp(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
 			return v
 		}
 	default:
@@ -393,8 +387,6 @@ func sans(c *x509.Certificate) string {
 	out = append(out, c.DNSNames...)
 	return strings.Join(out, ",")
 }
-
-func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func orMissing(err error) error {
 	if err == nil {

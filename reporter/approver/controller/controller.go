@@ -30,9 +30,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
-	"github.com/certready/certready/reporter/csrmatch"
 )
 
 // Config configures the controller.
@@ -359,10 +359,10 @@ func (c *Controller) label(ctx context.Context, csr *certv1.CertificateSigningRe
 // node, or none when the requester is no node) and says whether it changed.
 func relabelled(cur *certv1.CertificateSigningRequest) bool {
 	node, isNode := nodeOf(cur)
-	v, has := cur.Labels[csrmatch.NodeLabel]
+	v, has := cur.Labels[names.NodeLabel]
 	switch {
 	case !isNode && has:
-		delete(cur.Labels, csrmatch.NodeLabel)
+		delete(cur.Labels, names.NodeLabel)
 		return true
 	case !isNode || (has && v == node):
 		return false
@@ -370,7 +370,7 @@ func relabelled(cur *certv1.CertificateSigningRequest) bool {
 	if cur.Labels == nil {
 		cur.Labels = map[string]string{}
 	}
-	cur.Labels[csrmatch.NodeLabel] = node
+	cur.Labels[names.NodeLabel] = node
 	return true
 }
 
@@ -542,10 +542,4 @@ func isPending(csr *certv1.CertificateSigningRequest) bool {
 		}
 	}
 	return len(csr.Status.Certificate) == 0
-}
-
-// Sync handles one CSR as a worker would; it does nothing unless the
-// controller is leading. Exported for tests of the leader-only rule.
-func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
-	return c.sync(ctx, name)
 }

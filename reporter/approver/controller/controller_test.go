@@ -23,11 +23,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
-	"github.com/certready/certready/reporter/csrmatch"
 )
 
 func csr(t *testing.T, name, node string, ip string, signer string) *certv1.CertificateSigningRequest {
@@ -146,7 +146,7 @@ func approved(c *certv1.CertificateSigningRequest) bool {
 }
 
 func labelled(c *certv1.CertificateSigningRequest) bool {
-	return c.Labels[csrmatch.NodeLabel] != ""
+	return c.Labels[names.NodeLabel] != ""
 }
 
 // writesTo lists the write actions on one CSR.
@@ -176,7 +176,7 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 	if cond.Reason != string(policy.RuleApproved) || cond.Status != corev1.ConditionTrue || !strings.Contains(cond.Message, "192.0.2.11") {
 		t.Errorf("approval condition %+v", cond)
 	}
-	if c.Labels[csrmatch.NodeLabel] != "w1" {
+	if c.Labels[names.NodeLabel] != "w1" {
 		t.Errorf("labels %v", c.Labels)
 	}
 	e.waitEvent("Normal " + string(policy.RuleApproved))
@@ -190,7 +190,7 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 		}
 		t.Fatalf("writes %q, want exactly one, to the approval subresource", got)
 	}
-	if o := writes[0].(k8stesting.UpdateAction).GetObject().(*certv1.CertificateSigningRequest); o.Labels[csrmatch.NodeLabel] != "w1" || !approved(o) {
+	if o := writes[0].(k8stesting.UpdateAction).GetObject().(*certv1.CertificateSigningRequest); o.Labels[names.NodeLabel] != "w1" || !approved(o) {
 		t.Errorf("the approval write carries labels %v and conditions %+v, want the node label with the approval", o.Labels, o.Status.Conditions)
 	}
 }
@@ -238,17 +238,34 @@ func TestDenyOnMismatch(t *testing.T) {
 
 func TestOtherSignersAreNeverTouched(t *testing.T) {
 	other := csr(t, "csr-other", "w1", "192.0.2.11", "kubernetes.io/kube-apiserver-client-kubelet")
-	e := start(t, controller.Config{}, true, other, csr(t, "csr-ok", "w1", "192.0.2.11", signer))
-	// Once the valid one is approved, the queue has seen both.
-	e.waitFor("csr-ok", "approved", approved)
+	e := start(t, controller.Config{}, true, other)
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.ctrl.Leading() {
+		if time.Now().After(deadline) {
+			t.Fatal("the controller never started leading")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Handled here, as a worker would, so that the test cannot pass before
+	// the CSR was seen. It is valid in every other respect: only the
+	// signer check keeps it from being judged (and then refused, with an
+	// event).
+	if _, err := e.ctrl.Sync(context.Background(), "csr-other"); err != nil {
+		t.Fatal(err)
+	}
 	if w := writesTo(e.cs, "csr-other"); len(w) != 0 {
 		t.Errorf("another signer's CSR was written: %v", w)
+	}
+	select {
+	case ev := <-e.rec.Events:
+		t.Errorf("an event about another signer's CSR: %q", ev)
+	default:
 	}
 }
 
 func TestAlreadyDecidedCSRsAreLeftAlone(t *testing.T) {
 	denied := csr(t, "csr-denied", "w1", "192.0.2.11", signer)
-	denied.Labels = map[string]string{csrmatch.NodeLabel: "w1"}
+	denied.Labels = map[string]string{names.NodeLabel: "w1"}
 	denied.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateDenied, Status: corev1.ConditionTrue}}
 	e := start(t, controller.Config{}, true, denied, csr(t, "csr-ok", "w2", "192.0.2.12", signer))
 	e.waitFor("csr-ok", "approved", approved)
@@ -348,7 +365,7 @@ func TestRecreatedCSRIsNeverApprovedUnevaluated(t *testing.T) {
 func TestDecidedElsewhereIsNotRecordedAsOurApproval(t *testing.T) {
 	c := csr(t, "csr-other", "w1", "192.0.2.11", signer)
 	c.UID = "uid-1"
-	c.Labels = map[string]string{csrmatch.NodeLabel: "w1"}
+	c.Labels = map[string]string{names.NodeLabel: "w1"}
 	cs := fake.NewClientset(c)
 	gvr := certv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
 	var once sync.Once
@@ -496,16 +513,16 @@ func TestFloodGuardCountsIdentitiesNotRequests(t *testing.T) {
 func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 	byUser := csr(t, "csr-spoof-user", "w1", "192.0.2.11", signer)
 	byUser.Spec.Username = "mallory"
-	byUser.Labels = map[string]string{csrmatch.NodeLabel: "w2"}
+	byUser.Labels = map[string]string{names.NodeLabel: "w2"}
 	byNode := csr(t, "csr-spoof-node", "w1", "192.0.2.99", signer)
-	byNode.Labels = map[string]string{csrmatch.NodeLabel: "w2"}
+	byNode.Labels = map[string]string{names.NodeLabel: "w2"}
 	e := start(t, controller.Config{}, true, byUser, byNode)
 	e.waitFor("csr-spoof-user", "unlabelled", func(c *certv1.CertificateSigningRequest) bool {
-		_, has := c.Labels[csrmatch.NodeLabel]
+		_, has := c.Labels[names.NodeLabel]
 		return !has
 	})
 	e.waitFor("csr-spoof-node", "labelled with its requester", func(c *certv1.CertificateSigningRequest) bool {
-		return c.Labels[csrmatch.NodeLabel] == "w1"
+		return c.Labels[names.NodeLabel] == "w1"
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver/inventory"
 )
 
@@ -45,8 +46,6 @@ const (
 	RuleAddressClaimed       Rule = "AddressClaimedByOtherNode"
 	RuleFloodGuard           Rule = "FloodGuard"
 	RuleSuperseded           Rule = "SupersededByNewerRequest"
-	nodeUserPrefix                = "system:node:"
-	nodesGroup                    = "system:nodes"
 )
 
 // Rules lists every refusal rule, for metrics and documentation.
@@ -116,8 +115,8 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	if !ok {
 		return refuse("", RuleUsernameNotNode, "username %q is not system:node:<name>", spec.Username)
 	}
-	if !slices.Contains(spec.Groups, nodesGroup) {
-		return refuse(node, RuleGroupsMissingNodes, "groups %v lack %s", spec.Groups, nodesGroup)
+	if !slices.Contains(spec.Groups, names.NodesGroup) {
+		return refuse(node, RuleGroupsMissingNodes, "groups %v lack %s", spec.Groups, names.NodesGroup)
 	}
 	req, d := parseRequest(node, spec.Request)
 	if req == nil {
@@ -126,8 +125,8 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	if req.Subject.CommonName != spec.Username {
 		return refuse(node, RuleSubjectCN, "subject CN %q differs from username %q", req.Subject.CommonName, spec.Username)
 	}
-	if !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
-		return refuse(node, RuleSubjectOrg, "subject O %q, want exactly [%s]", req.Subject.Organization, nodesGroup)
+	if !slices.Equal(req.Subject.Organization, []string{names.NodesGroup}) {
+		return refuse(node, RuleSubjectOrg, "subject O %q, want exactly [%s]", req.Subject.Organization, names.NodesGroup)
 	}
 	if !usagesAllowed(spec.Usages) {
 		return refuse(node, RuleUsages, "usages %v, want {digital signature, server auth} or {digital signature, key encipherment, server auth}", spec.Usages)
@@ -201,7 +200,7 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 
 // NodeName returns <name> for a username system:node:<name>.
 func NodeName(username string) (string, bool) {
-	node, ok := strings.CutPrefix(username, nodeUserPrefix)
+	node, ok := names.NodeOf(username)
 	if !ok || node == "" || strings.Contains(node, ":") {
 		return "", false
 	}

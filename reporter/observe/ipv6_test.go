@@ -1,4 +1,4 @@
-package agent_test
+package observe_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/observe"
 	"github.com/certready/certready/reporter/probe"
 	"github.com/certready/certready/reporter/verdict"
 )
@@ -57,8 +57,8 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 			for _, a := range tc.addrs {
 				node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
 			}
-			in := verdict.Input{Node: agent.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
-			target := agent.EndpointTarget(in, port, 5*time.Second)
+			in := verdict.Input{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
+			target := observe.EndpointTarget(in, port, 5*time.Second)
 			if want := tc.wantAddr + ":" + strconv.Itoa(port); target.Addr != want {
 				t.Fatalf("probe dials %s, want %s", target.Addr, want)
 			}

@@ -1,0 +1,47 @@
+// Package names holds the names that certready's parts share and that no
+// one part owns: the CSR signer and label the approver writes and the agent
+// selects by, the node identity prefix, the node condition, the readiness
+// taint, and the one format of times in condition messages and events.
+// Reasons stay with the verdict that gives them (reporter/verdict).
+package names
+
+import (
+	"strings"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+)
+
+const (
+	// SignerName is the only signer certready looks at.
+	SignerName = certv1.KubeletServingSignerName
+	// NodeLabel is set by the approver on every kubelet-serving CSR (and
+	// removed where a requester put it on for another node), so that each
+	// agent can watch only its own node's requests.
+	NodeLabel = "certready.io/node"
+	// UserPrefix is the username prefix of node credentials.
+	UserPrefix = "system:node:"
+	// NodesGroup is the group of node credentials.
+	NodesGroup = "system:nodes"
+
+	// ConditionType is the agent's node condition (--condition-type).
+	ConditionType = "KubeletServingCertNotReady"
+
+	// TaintKey and TaintValue make the readiness taint nodes join with,
+	// readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule, which
+	// a NodeReadinessRule (or the approver's fallback) removes.
+	TaintKey   = "readiness.k8s.io/" + ConditionType
+	TaintValue = "pending"
+)
+
+// NodeUser is the username of node's credentials.
+func NodeUser(node string) string { return UserPrefix + node }
+
+// NodeOf returns the node a username belongs to, if it is a node's.
+func NodeOf(user string) (string, bool) {
+	node, ok := strings.CutPrefix(user, UserPrefix)
+	return node, ok && node != ""
+}
+
+// Stamp formats t as condition messages and events write times.
+func Stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

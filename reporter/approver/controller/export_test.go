@@ -1,0 +1,16 @@
+package controller
+
+import (
+	"context"
+	"time"
+)
+
+// Sync handles one CSR as a worker would (nothing unless leading), so that
+// a test knows the CSR was handled rather than hoping a worker got to it.
+func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
+	return c.sync(ctx, name)
+}
+
+// Leading reports whether Run has started leading (its caches and
+// handlers synced).
+func (c *Controller) Leading() bool { return c.leading.Load() }

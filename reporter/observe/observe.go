@@ -1,0 +1,300 @@
+// Package observe gathers one check's evidence for the verdict, in one
+// order: the CA, the installed certificate (certfile), the CSRs that
+// explain it (csrmatch), and, when the verdict needs it, the certificate
+// the kubelet port presents (probe). The agent (on every event) and check
+// (once, for node-problem-detector) both observe through it, so they
+// cannot disagree about what they saw or how they looked it up.
+package observe
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// DefaultKubeletPort is used when neither the flag nor the Node says otherwise.
+const DefaultKubeletPort = 10250
+
+// CSRSource gives the CSR evidence for one node's installed certificate;
+// proven says the certificate was already matched to an issued CSR (which
+// may since have been deleted).
+type CSRSource interface {
+	Evidence(ctx context.Context, now time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error)
+}
+
+// Check is how one node's evidence is gathered.
+type Check struct {
+	PKIDir       string
+	CAFile       string
+	KubeletPort  int // 0: the Node's daemon endpoint, else DefaultKubeletPort
+	ProbeTimeout time.Duration
+	CSRRetention time.Duration
+	// CSRs is nil when the CSRs cannot be read (check without API
+	// credentials): the verdict then says it did not check them.
+	CSRs CSRSource
+	// Remembered, when set, returns the issued CSR that an earlier check
+	// matched to the certificate with this fingerprint, or nil.
+	Remembered func(fingerprint.SHA256) *csrmatch.Result
+	// Stage and Done, when set, hear each step start and end (the agent's
+	// watchdog and its per-step duration histogram).
+	Stage func(string)
+	Done  func(verdict.Check, time.Duration)
+}
+
+// Run fills in the evidence of in (whose Node, Now and Clock the caller
+// has set) and returns it. node is the Node object when read (nil
+// without API credentials). A cancelled ctx cuts the probe short: the
+// caller must not publish a verdict from it.
+func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) verdict.Input {
+	stage := func(s string) {
+		if c.Stage != nil {
+			c.Stage(s)
+		}
+	}
+	done := func(step verdict.Check, start time.Time) {
+		if c.Done != nil {
+			c.Done(step, time.Since(start))
+		}
+	}
+	in.CA, in.CAErr = LoadCA(c.CAFile)
+
+	stage("reading the installed certificate")
+	start := time.Now()
+	in.File = certfile.Read(c.PKIDir)
+	done(verdict.CheckFile, start)
+
+	if c.CSRs == nil {
+		in.SkipCSR = true
+	} else {
+		stage("looking up CSRs")
+		start = time.Now()
+		var remembered *csrmatch.Result
+		if c.Remembered != nil && !in.File.Fingerprint.IsZero() {
+			remembered = c.Remembered(in.File.Fingerprint)
+		}
+		ev := &verdict.CSREvidence{Retention: c.CSRRetention, Remembered: remembered}
+		ev.Match, ev.LookupErr = c.CSRs.Evidence(ctx, in.Now, in.File.Fingerprint, remembered != nil)
+		in.CSR = ev
+		done(verdict.CheckCSR, start)
+	}
+
+	if verdict.NeedsEndpoint(in) {
+		stage("probing the kubelet port")
+		start = time.Now()
+		res := probe.Probe(ctx, EndpointTarget(in, KubeletPort(c.KubeletPort, node), c.ProbeTimeout))
+		done(verdict.CheckEndpoint, start)
+		in.Endpoint = &res
+	}
+	return in
+}
+
+// Evidence is the one rule for finding a node's CSRs: the ones labelled
+// for it (names.NodeLabel) first; only when none of them explains the
+// installed certificate, and it is not already proven, those that fallback
+// returns (the signer-wide list, which an approver other than certready's
+// leaves unlabelled). A fallback error counts only when nothing labelled
+// is known either.
+func Evidence(labelled []*certv1.CertificateSigningRequest, node string, installed fingerprint.SHA256, proven bool,
+	fallback func() ([]*certv1.CertificateSigningRequest, error)) (csrmatch.Result, error) {
+	mine := labelled[:0:0]
+	for _, c := range labelled {
+		// The API server's selectors keep other CSRs out; what got in anyway
+		// (a client that does not apply them) is not evidence.
+		if LabelledFor(c, node) {
+			mine = append(mine, c)
+		}
+	}
+	res := csrmatch.Match(mine, node, installed)
+	if res.State == csrmatch.Issued || proven {
+		return res, nil
+	}
+	more, err := fallback()
+	if err != nil && len(mine) == 0 {
+		return csrmatch.Result{}, err
+	}
+	return csrmatch.Match(append(mine, more...), node, installed), nil
+}
+
+// LabelledFor reports whether c is a kubelet-serving CSR labelled for node.
+func LabelledFor(c *certv1.CertificateSigningRequest, node string) bool {
+	return c.Spec.SignerName == names.SignerName && c.Labels[names.NodeLabel] == node
+}
+
+const (
+	bySignerPageSize = 250
+	bySignerMaxPages = 8 // at most 2000 CSRs per list
+)
+
+// ListBySigner returns node's kubelet-serving CSRs, reading at most 2000
+// of the signer's CSRs, in pages.
+func ListBySigner(ctx context.Context, client kubernetes.Interface, node string) ([]*certv1.CertificateSigningRequest, error) {
+	user := names.NodeUser(node)
+	opts := metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String(),
+		Limit:         bySignerPageSize,
+	}
+	var out []*certv1.CertificateSigningRequest
+	for page := 0; page < bySignerMaxPages; page++ {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		list, err := client.CertificatesV1().CertificateSigningRequests().List(lctx, opts)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("listing kubelet-serving CSRs: %w", err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Username == user {
+				out = append(out, &list.Items[i])
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	return out, nil
+}
+
+// APICSRs reads a node's CSRs from the API on every check (check's source:
+// it runs once, so it has no cache to read).
+type APICSRs struct {
+	Client kubernetes.Interface
+	Node   string
+}
+
+// Evidence lists the labelled CSRs, then, by the same rule as the agent,
+// the signer's.
+func (a APICSRs) Evidence(ctx context.Context, _ time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
+	list, err := a.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+		LabelSelector: names.NodeLabel + "=" + a.Node,
+		FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String(),
+	})
+	if err != nil {
+		return csrmatch.Result{}, fmt.Errorf("listing CSRs labelled %s=%s: %w", names.NodeLabel, a.Node, err)
+	}
+	labelled := make([]*certv1.CertificateSigningRequest, 0, len(list.Items))
+	for i := range list.Items {
+		labelled = append(labelled, &list.Items[i])
+	}
+	return Evidence(labelled, a.Node, installed, proven, func() ([]*certv1.CertificateSigningRequest, error) {
+		return ListBySigner(ctx, a.Client, a.Node)
+	})
+}
+
+// KubeletPort is flag when set, else the Node's daemon endpoint port (node
+// may be nil), else DefaultKubeletPort.
+func KubeletPort(flag int, node *corev1.Node) int {
+	if flag == 0 && node != nil {
+		flag = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	}
+	if flag == 0 {
+		flag = DefaultKubeletPort
+	}
+	return flag
+}
+
+// EndpointTarget says where the kubelet port of in.Node is dialled and which
+// name its certificate must carry: the first InternalIP is dialled (else the
+// API server's address, else the node name), and the certificate is
+// verified for the address the API server dials (in.Node.Dial). Without
+// one: the InternalIP, or the node name for a DNS-only certificate.
+func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
+	host, name := in.Node.Name, in.Node.Name
+	if in.Node.Dial != "" {
+		host = in.Node.Dial
+	}
+	if len(in.Node.InternalIPs) > 0 {
+		host = in.Node.InternalIPs[0].String()
+		if in.File.Leaf != nil && len(in.File.Leaf.IPAddresses) > 0 {
+			name = host
+		}
+	}
+	if in.Node.Dial != "" {
+		name = in.Node.Dial
+	}
+	return probe.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), ServerName: name, Roots: in.CA, Timeout: timeout, Now: in.ValidityTime()}
+}
+
+// DefaultPreferredAddressTypes is kubeadm's --kubelet-preferred-address-types
+// for the API server: the order in which it picks a node's address to dial.
+var DefaultPreferredAddressTypes = []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName}
+
+// ParseAddressTypes reads a --kubelet-preferred-address-types value.
+func ParseAddressTypes(s string) ([]corev1.NodeAddressType, error) {
+	var out []corev1.NodeAddressType
+	for _, part := range strings.Split(s, ",") {
+		t := corev1.NodeAddressType(strings.TrimSpace(part))
+		switch t {
+		case corev1.NodeHostName, corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+			out = append(out, t)
+		default:
+			return nil, fmt.Errorf("%q is not an address type (Hostname, InternalIP, ExternalIP, InternalDNS, ExternalDNS)", part)
+		}
+	}
+	return out, nil
+}
+
+// NodeInfo is what the verdict needs of a Node: its name, InternalIPs and
+// the address the API server dials, the first one found in preferred
+// (DefaultPreferredAddressTypes when empty), as the API server picks it.
+func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
+	info := verdict.Node{Name: n.Name}
+	for _, addr := range n.Status.Addresses {
+		if addr.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(addr.Address); err == nil {
+			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
+		}
+	}
+	if len(preferred) == 0 {
+		preferred = DefaultPreferredAddressTypes
+	}
+	for _, t := range preferred {
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == t && addr.Address != "" {
+				info.Dial, info.DialType = addr.Address, string(t)
+				if ip, err := netip.ParseAddr(addr.Address); err == nil {
+					info.Dial = ip.Unmap().String()
+				}
+				return info
+			}
+		}
+	}
+	return info
+}
+
+// LoadCA reads a PEM bundle; an error names the file and what is wrong.
+func LoadCA(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %w", path, err)
+	}
+	certs, err := certfile.ParseCertificates(data)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %v", path, err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool, nil
+}

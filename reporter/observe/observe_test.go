@@ -1,0 +1,115 @@
+package observe_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/csrmatch"
+	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/observe"
+)
+
+func TestLoadCA(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.crt")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := observe.LoadCA(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no CERTIFICATE") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := observe.LoadCA(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func csrFor(name, node string, labelled bool, certPEM []byte) *certv1.CertificateSigningRequest {
+	c := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Now()},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: names.NodeUser(node)},
+	}
+	if labelled {
+		c.Labels = map[string]string{names.NodeLabel: node}
+	}
+	if certPEM != nil {
+		c.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}}
+		c.Status.Certificate = certPEM
+	}
+	return c
+}
+
+// TestEvidenceRule is the one rule the agent and check share: labelled
+// CSRs first, the signer-wide list only when they explain nothing.
+func TestEvidenceRule(t *testing.T) {
+	ca, err := testpki.NewCA("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed, err := ca.Issue(testpki.Serving{Node: "w1", IPs: []net.IP{net.ParseIP("192.0.2.11")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := ca.Issue(testpki.Serving{Node: "w1", IPs: []net.IP{net.ParseIP("192.0.2.11")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := fingerprint.Of(installed.Cert)
+	explains := csrFor("csr-installed", "w1", true, installed.CertPEM())
+	stale := csrFor("csr-older", "w1", true, older.CertPEM())
+	unlabelled := csrFor("csr-installed", "w1", false, installed.CertPEM())
+	foreign := csrFor("csr-foreign", "w1", true, installed.CertPEM())
+	foreign.Labels[names.NodeLabel] = "w2" // in the cache though labelled for w2
+	otherSigner := csrFor("csr-signer", "w1", true, installed.CertPEM())
+	otherSigner.Spec.SignerName = "example.com/other"
+	listErr := errors.New("listing kubelet-serving CSRs: forbidden")
+
+	for _, tc := range []struct {
+		name        string
+		labelled    []*certv1.CertificateSigningRequest
+		proven      bool
+		fallback    []*certv1.CertificateSigningRequest
+		fallbackErr error
+		wantListed  bool
+		wantState   csrmatch.State
+		wantCSR     string
+		wantErr     bool
+	}{
+		{"a labelled CSR explains it: no list", []*certv1.CertificateSigningRequest{stale, explains}, false, nil, nil, false, csrmatch.Issued, "csr-installed", false},
+		{"proven earlier: no list", []*certv1.CertificateSigningRequest{stale}, true, nil, nil, false, csrmatch.None, "csr-older", false},
+		{"labelled ones explain nothing: the signer's list does", []*certv1.CertificateSigningRequest{stale}, false, []*certv1.CertificateSigningRequest{unlabelled}, nil, true, csrmatch.Issued, "csr-installed", false},
+		{"none labelled: the signer's list", nil, false, []*certv1.CertificateSigningRequest{unlabelled}, nil, true, csrmatch.Issued, "csr-installed", false},
+		{"a CSR labelled for another node is not this node's labelled evidence", []*certv1.CertificateSigningRequest{foreign, otherSigner}, false, nil, nil, true, csrmatch.None, "", false},
+		{"list fails, labelled ones known: they are the evidence", []*certv1.CertificateSigningRequest{stale}, false, nil, listErr, true, csrmatch.None, "csr-older", false},
+		{"list fails, nothing labelled: the lookup failed", nil, false, nil, listErr, true, "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listed := false
+			res, err := observe.Evidence(tc.labelled, "w1", fp, tc.proven, func() ([]*certv1.CertificateSigningRequest, error) {
+				listed = true
+				return tc.fallback, tc.fallbackErr
+			})
+			if listed != tc.wantListed {
+				t.Errorf("signer-wide list called %v, want %v", listed, tc.wantListed)
+			}
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			if res.State != tc.wantState || res.Name != tc.wantCSR && tc.wantCSR != "" {
+				t.Errorf("result %+v, want state %s CSR %q", res, tc.wantState, tc.wantCSR)
+			}
+		})
+	}
+}
