@@ -15,11 +15,13 @@ import (
 
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/e2e/provider"
+
+	"github.com/certready/certready/internal/names"
 )
 
 const (
 	Namespace     = "certready-system"
-	ConditionType = "KubeletServingCertNotReady"
+	ConditionType = names.ConditionType
 )
 
 // Certready applies the kustomize overlay and waits for the agents on

@@ -23,16 +23,22 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // StartupTaint is the taint workers register with.
-const StartupTaint = "readiness.k8s.io/KubeletServingCertNotReady"
+const StartupTaint = names.TaintKey
 
 // Binaries are the programs the cluster runs.
 type Binaries struct {
@@ -67,7 +73,8 @@ type Config struct {
 	Workers int
 	// SigningDuration is the controller manager's --cluster-signing-duration.
 	SigningDuration time.Duration
-	// ControlPlaneOnly starts no kubelet at all (benchmarks simulate nodes).
+	// ControlPlaneOnly starts no kubelet at all (benchmarks simulate nodes)
+	// and no node lifecycle controller.
 	ControlPlaneOnly bool
 	// AuditPolicy, when set, is written as the API server's audit policy;
 	// the log is AuditLog().
@@ -311,6 +318,13 @@ func (c *Cluster) startControllerManager() error {
 		"--leader-elect=false", "--bind-address=127.0.0.1",
 		"--controllers=*,-nodeipam",
 	}
+	if c.cfg.ControlPlaneOnly {
+		// Every Node is simulated and no kubelet posts status: the node
+		// lifecycle controller would only mark each one unreachable and
+		// taint it, rate-limited, for minutes after the Nodes are made: a
+		// trickle of writes that real, heartbeating kubelets never cause.
+		args[len(args)-1] += ",-node-lifecycle-controller,-taint-eviction-controller"
+	}
 	if c.cfg.SigningDuration > 0 {
 		args = append(args, "--cluster-signing-duration="+c.cfg.SigningDuration.String())
 	}
@@ -412,20 +426,24 @@ func (c *Cluster) AddNode(ctx context.Context, name string, controlPlane bool) (
 	if err := c.ns.addAddress(n.IP); err != nil {
 		return nil, err
 	}
-	if err := c.pki.client("node-"+name, "system:node:"+name, "system:nodes"); err != nil {
+	if err := c.pki.client("node-"+name, names.NodeUser(name), "system:nodes"); err != nil {
 		return nil, err
 	}
 	if err := c.pki.kubeconfig(filepath.Join(root, "kubeconfig"), "https://"+APIServerIP+":6443", "node-"+name); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "config.yaml"), []byte(kubeletConfig(n, root, c.pki.path("ca.crt"))), 0o644); err != nil {
+	kcfg, err := kubeletConfig(n, root, c.pki.path("ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "config.yaml"), kcfg, 0o644); err != nil {
 		return nil, err
 	}
 	if err := c.startKubelet(n); err != nil {
 		return nil, err
 	}
 	c.logf("node %s (%s) starting", name, n.IP)
-	err := poll(ctx, 90*time.Second, "node "+name+" to register", func() (bool, error) {
+	err = poll(ctx, 90*time.Second, "node "+name+" to register", func() (bool, error) {
 		if !n.proc.running() {
 			return false, fmt.Errorf("node %s exited; see %s", name, c.logPath("node-"+name))
 		}
@@ -476,37 +494,45 @@ func (c *Cluster) startKubelet(n *Node) error {
 	return nil
 }
 
-func kubeletConfig(n *Node, root, ca string) string {
-	taints := ""
-	if n.ControlPlane {
-		taints = "registerWithTaints:\n- {key: node-role.kubernetes.io/control-plane, effect: NoSchedule}\n"
-	} else {
-		taints = "registerWithTaints:\n- {key: " + StartupTaint + ", value: pending, effect: NoSchedule}\n"
+// kubeletConfig is the node's KubeletConfiguration: serving certificates
+// bootstrapped through CSRs and rotated, on a host without cgroups for
+// pods, and registering with the control-plane or the startup taint.
+func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
+	no, yes := false, true
+	empty := ""
+	gcHigh, gcLow := int32(100), int32(99)
+	cfg := kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		Address:                  n.IP,
+		HealthzBindAddress:       n.IP,
+		ServerTLSBootstrap:       true,
+		RotateCertificates:       true,
+		ContainerRuntimeEndpoint: "unix://" + root + "/cri.sock",
+		CgroupsPerQOS:            &no,
+		// "none": nothing enforced (without cgroups for pods there is
+		// nothing to enforce it with); an empty list would read as unset.
+		EnforceNodeAllocatable:        []string{"none"},
+		FailSwapOn:                    &no,
+		FailCgroupV1:                  &no,
+		CgroupDriver:                  "cgroupfs",
+		LocalStorageCapacityIsolation: &no,
+		ResolverConfig:                &empty,
+		EvictionHard:                  map[string]string{"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+		ImageGCHighThresholdPercent:   &gcHigh,
+		ImageGCLowThresholdPercent:    &gcLow,
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: &no},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: &yes},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: ca},
+		},
+		Authorization: kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
 	}
-	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: %[1]s
-healthzBindAddress: %[1]s
-readOnlyPort: 0
-serverTLSBootstrap: true
-rotateCertificates: true
-containerRuntimeEndpoint: unix://%[2]s/cri.sock
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-failSwapOn: false
-failCgroupV1: false
-cgroupDriver: cgroupfs
-localStorageCapacityIsolation: false
-resolvConf: ""
-evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: %[3]s}
-authorization: {mode: Webhook}
-%[4]s`, n.IP, root, ca, taints)
+	if n.ControlPlane {
+		cfg.RegisterWithTaints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
+	} else {
+		cfg.RegisterWithTaints = []corev1.Taint{{Key: StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	return yaml.Marshal(cfg)
 }
 
 // Nodes lists the nodes.
@@ -621,26 +647,14 @@ func (c *Cluster) Logs(name string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// poll calls cond until it is true, it errs, or timeout passes.
+// poll calls cond every 200 ms until it is true, it errs, or timeout
+// passes (an error naming what was waited for).
 func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil && wait.Interrupted(err) && ctx.Err() == nil {
+		return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 	}
+	return err
 }
 
 // Poll is poll for callers outside the package.
@@ -747,17 +761,11 @@ func (c *Cluster) ClientCert(name, cn string, orgs ...string) (string, *rest.Con
 // ClientCertPEM issues a client certificate and returns it and its key in
 // PEM form, for clients made in memory (many simulated node identities).
 func (c *Cluster) ClientCertPEM(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
-	name := "mem-" + strings.ReplaceAll(cn, ":", "-")
-	if err := c.pki.client(name, cn, orgs...); err != nil {
+	pair, err := c.pki.pair(cn, orgs, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
 		return nil, nil, err
 	}
-	defer os.Remove(c.pki.path(name + ".crt"))
-	defer os.Remove(c.pki.path(name + ".key"))
-	if certPEM, err = os.ReadFile(c.pki.path(name + ".crt")); err != nil {
-		return nil, nil, err
-	}
-	keyPEM, err = os.ReadFile(c.pki.path(name + ".key"))
-	return certPEM, keyPEM, err
+	return pair.CertPEM(), pair.KeyPEM(), nil
 }
 
 // CAKeyPair returns the paths of the cluster CA certificate and key.

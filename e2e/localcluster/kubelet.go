@@ -2,17 +2,15 @@ package localcluster
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
 
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/testpki"
 )
 
 // What the harness does as a kubelet does it, for the e2e suite and the
@@ -24,30 +22,26 @@ import (
 // names (Name or GenerateName) and labels it. It returns the CSR, not yet
 // created, and its private key.
 func KubeletServingCSR(meta metav1.ObjectMeta, node string, ips ...string) (*certv1.CertificateSigningRequest, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}
+	req := testpki.Request{Node: node}
 	for _, s := range ips {
 		ip := net.ParseIP(s)
 		if ip == nil {
 			return nil, nil, fmt.Errorf("%q is not an IP address", s)
 		}
-		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		req.IPs = append(req.IPs, ip)
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	csrPEM, key, err := testpki.NewCSR(req)
 	if err != nil {
 		return nil, nil, err
 	}
 	return &certv1.CertificateSigningRequest{
 		ObjectMeta: meta,
 		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeletServingSignerName,
+			Request:    csrPEM,
+			SignerName: names.SignerName,
 			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
 		},
-	}, key, nil
+	}, key.(*ecdsa.PrivateKey), nil
 }
 
 // SwapSymlink points the symlink link at target as the kubelet replaces

@@ -10,9 +10,12 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // buildOverlay builds a throw-away overlay of the given kustomization text
@@ -128,6 +131,17 @@ func TestPoliciesFollowTheAgentThroughRenames(t *testing.T) {
 					t.Errorf("policy %s applies to agent=%v other=%v kubelet=%v; want everyone but the agent %s", p.Name, agentMatches, otherMatches, kubeletMatches, agentUser)
 				}
 			}
+			// The approver's FlowSchema follows its ServiceAccount too.
+			deps := find[*appsv1.Deployment](objs)
+			flows := find[*flowcontrolv1.FlowSchema](objs)
+			if len(deps) != 1 || len(flows) != 1 {
+				t.Fatalf("%d Deployments, %d FlowSchemas; want the approver's one each", len(deps), len(flows))
+			}
+			wantSA := flowcontrolv1.ServiceAccountSubject{Namespace: deps[0].Namespace, Name: deps[0].Spec.Template.Spec.ServiceAccountName}
+			subjects := flows[0].Spec.Rules[0].Subjects
+			if len(subjects) != 1 || subjects[0].ServiceAccount == nil || *subjects[0].ServiceAccount != wantSA {
+				t.Errorf("FlowSchema %s subjects %+v, want the approver's ServiceAccount %+v", flows[0].Name, subjects, wantSA)
+			}
 		})
 	}
 }
@@ -137,7 +151,7 @@ func TestPoliciesFollowTheAgentThroughRenames(t *testing.T) {
 func TestPoliciesGuardTheConditionTheAgentWrites(t *testing.T) {
 	objs := decodeAll(t, build(t, "base"))
 	agent := find[*appsv1.DaemonSet](objs)[0].Spec.Template.Spec.Containers[0]
-	want := "KubeletServingCertNotReady" // the agent's default
+	want := names.ConditionType // the agent's default
 	for _, a := range agent.Args {
 		if v, ok := strings.CutPrefix(a, "--condition-type="); ok {
 			want = v

@@ -9,6 +9,8 @@ import (
 	kubeadmv1beta4 "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/v1beta4"
 	kindv1alpha4 "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/yaml"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // decodePatch decodes one kubeadm/kubelet config patch strictly into the
@@ -53,7 +55,7 @@ func decodePatch(t *testing.T, where, patch string) string {
 	case *kubeadmv1beta4.JoinConfiguration:
 		found := false
 		for _, taint := range v.NodeRegistration.Taints {
-			found = found || (taint.Key == "readiness.k8s.io/KubeletServingCertNotReady" && taint.Effect == "NoSchedule")
+			found = found || (taint.Key == names.TaintKey && taint.Effect == "NoSchedule")
 		}
 		if !found {
 			t.Errorf("%s: workers do not join with the startup taint", where)

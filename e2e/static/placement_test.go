@@ -6,6 +6,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // TestApproverPlacement pins where the approver may run: Linux, critical,
@@ -34,7 +36,7 @@ func TestApproverPlacement(t *testing.T) {
 				}
 				keys = append(keys, tol.Key)
 			}
-			if !slices.Equal(keys, []string{"node-role.kubernetes.io/control-plane", "readiness.k8s.io/KubeletServingCertNotReady"}) {
+			if !slices.Equal(keys, []string{"node-role.kubernetes.io/control-plane", names.TaintKey}) {
 				t.Errorf("tolerations %v: want the control-plane and readiness taints, nothing broader", keys)
 			}
 			na := spec.Affinity.NodeAffinity

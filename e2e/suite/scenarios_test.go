@@ -28,6 +28,8 @@ import (
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // versionPod runs `certready version` on a worker (the image our runtime
@@ -44,10 +46,10 @@ func versionPod(nodeName string) *corev1.Pod {
 	}
 }
 
-// 1. Happy path: without a human, each worker goes from tainted to
+// Happy path: without a human, each worker goes from tainted to
 // KubeletServingCertNotReady=False and untainted, and kubectl logs through
 // its kubelet fails before and works after.
-func Test01HappyPath(t *testing.T) {
+func TestWorkersGetUntaintedAndServeLogsWithoutAHuman(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	w := cluster.Workers()[0].Name
 	for _, n := range cluster.Workers() {
@@ -125,9 +127,9 @@ func Test01HappyPath(t *testing.T) {
 	t.Logf("after certready: kubectl logs works: %s", strings.TrimSpace(out))
 }
 
-// 2. Approver stopped when a worker joins: it stays tainted with CSRPending;
+// Approver stopped when a worker joins: it stays tainted with CSRPending;
 // scaling the approver back up lifts it.
-func Test02ApproverStoppedWhenAWorkerJoins(t *testing.T) {
+func TestWorkerStaysTaintedWhileNoApproverRuns(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
@@ -146,10 +148,10 @@ func Test02ApproverStoppedWhenAWorkerJoins(t *testing.T) {
 	t.Logf("%s untainted %s after the approver returned", n.Name, time.Since(start).Round(time.Millisecond))
 }
 
-// 3. Identity mismatch: a CSR with another IP, made with the worker's own
+// Identity mismatch: a CSR with another IP, made with the worker's own
 // credentials, stays pending with a Warning naming the rule; the worker's
 // condition stays truthful.
-func Test03IdentityMismatch(t *testing.T) {
+func TestCSRForAnotherAddressStaysPendingWithItsRule(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	w := cluster.Workers()[0]
 	name, _ := requestServingCert(t, ctx, w.Name, "192.0.2.99")
@@ -178,7 +180,7 @@ func Test03IdentityMismatch(t *testing.T) {
 	if len(c.Status.Conditions) != 0 {
 		t.Errorf("the mismatching CSR was decided: %+v", c.Status.Conditions)
 	}
-	if c.Labels["certready.io/node"] != w.Name {
+	if c.Labels[names.NodeLabel] != w.Name {
 		t.Errorf("labels %v", c.Labels)
 	}
 	if got := certCondition(node(t, ctx, w.Name)); got.Status != corev1.ConditionFalse {
@@ -187,12 +189,12 @@ func Test03IdentityMismatch(t *testing.T) {
 	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
-// 4 and 6. Stale endpoint and restart safety: a renewed certificate lands
+// Stale endpoint and restart safety: a renewed certificate lands
 // on disk while the kubelet keeps serving the old one; the condition says
 // EndpointCertificateMismatch. Restarting the agent then must never publish
 // False, and restarting the apiserver loses nothing: swapping the old file
 // back afterwards is still seen.
-func Test04StaleEndpointAndRestartSafety(t *testing.T) {
+func TestStaleEndpointIsNamedAndRestartsNeverPublishFalse(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	w := cluster.Workers()[1]
 	name, key := requestServingCert(t, ctx, w.Name, w.IP)
@@ -306,9 +308,9 @@ func assertNeverReady(t *testing.T, ctx context.Context, name, rv string) {
 	t.Fatalf("the replay of node %s since %s ended before the mark (%d updates seen)", name, rv, seen)
 }
 
-// 5. Leader failover: kill the leading approver's process; the other
+// Leader failover: kill the leading approver's process; the other
 // replica takes the Lease and approves the next CSR.
-func Test05LeaderFailover(t *testing.T) {
+func TestStandbyApproverTakesOverWhenTheLeaderDies(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	// Wait for a leader that is alive: after the apiserver restart of the
 	// previous scenario the Lease may still name a process that lost it and
@@ -366,9 +368,9 @@ func Test05LeaderFailover(t *testing.T) {
 	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
-// 8. Taint fallback off: nothing removes the taint even with the condition
+// Taint fallback off: nothing removes the taint even with the condition
 // False; turning it on removes it.
-func Test08TaintFallbackOff(t *testing.T) {
+func TestTaintStaysUntilTheFallbackIsTurnedOn(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	if _, err := cluster.Kubectl(ctx, "apply", "-k", base); err != nil {
 		t.Fatal(err)
@@ -419,9 +421,9 @@ func waitApproverArgs(t *testing.T, ctx context.Context, fallback bool) {
 	}
 }
 
-// 9. RBAC and admission: an agent's own node-bound token cannot change
+// RBAC and admission: an agent's own node-bound token cannot change
 // another node's status, nor another condition of its own node.
-func Test09AgentTokenIsConfinedToItsNode(t *testing.T) {
+func TestAgentTokenIsConfinedToItsNode(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	w1, w2 := cluster.Workers()[0].Name, cluster.Workers()[1].Name
 	pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
@@ -758,7 +760,7 @@ func TestHostileNodesGetNoCertificateForOthersAddresses(t *testing.T) {
 		if got := node(t, ctx, tc.node); len(got.Status.Addresses) == 0 || got.Status.Addresses[0].Address != tc.ip {
 			t.Fatalf("Node %s reports %+v, want %s", tc.node, got.Status.Addresses, tc.ip)
 		}
-		user := "system:node:" + tc.node
+		user := names.NodeUser(tc.node)
 		created, _ := createServingCSR(t, ctx, impersonating(t, user, "system:nodes", "system:authenticated"), user,
 			metav1.ObjectMeta{GenerateName: "e2e-" + tc.node + "-"}, tc.node, tc.ip)
 		deleteCSRAtCleanup(t, created.Name)
@@ -838,7 +840,7 @@ func TestOneNodesPileOfRequestsStopsNobody(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	approverWith(t, ctx, "--max-pending=3")
 	const flooder = "flood-node" // no Node object: its newest waits (NodeNotInInventory)
-	user := "system:node:" + flooder
+	user := names.NodeUser(flooder)
 	cs := impersonating(t, user, "system:nodes", "system:authenticated")
 	var pile []string
 	for i := 0; i < 6; i++ {
@@ -883,14 +885,14 @@ func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 		want   string // the label the approver leaves ("": none)
 	}{
 		{"", nil, victim.Name, ""}, // the admin: any requester that is no node
-		{"system:node:" + other.Name, []string{"system:nodes", "system:authenticated"}, other.Name, other.Name},
+		{names.NodeUser(other.Name), []string{"system:nodes", "system:authenticated"}, other.Name, other.Name},
 	} {
 		as, who := cluster.Clientset(), "the admin"
 		if tc.user != "" {
 			as, who = impersonating(t, tc.user, tc.groups...), tc.user
 		}
 		created, _ := createServingCSR(t, ctx, as, who,
-			metav1.ObjectMeta{GenerateName: "e2e-spoof-", Labels: map[string]string{"certready.io/node": victim.Name}}, tc.node, "192.0.2.250")
+			metav1.ObjectMeta{GenerateName: "e2e-spoof-", Labels: map[string]string{names.NodeLabel: victim.Name}}, tc.node, "192.0.2.250")
 		deleteCSRAtCleanup(t, created.Name)
 		var got map[string]string
 		if err := localcluster.Poll(ctx, time.Minute, fmt.Sprintf("the label of %s (by %s) corrected to %q", created.Name, tc.user, tc.want), func() (bool, error) {
@@ -899,11 +901,11 @@ func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 				return false, nil
 			}
 			got = c.Labels
-			return c.Labels["certready.io/node"] == tc.want, nil
+			return c.Labels[names.NodeLabel] == tc.want, nil
 		}); err != nil {
 			t.Fatalf("%v; labels %v", err, got)
 		}
-		t.Logf("CSR by %q (empty: the admin) labelled for %s: label now %q", tc.user, victim.Name, got["certready.io/node"])
+		t.Logf("CSR by %q (empty: the admin) labelled for %s: label now %q", tc.user, victim.Name, got[names.NodeLabel])
 	}
 }
 
@@ -991,11 +993,11 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	return path
 }
 
-// 10. A node registered again (kubectl delete node, then a kubelet
+// A node registered again (kubectl delete node, then a kubelet
 // restart; the agent keeps running): the new Node comes back with the
 // startup taint and no condition, and the agent must publish the condition
 // at once, not at its next heartbeat (5 min), so that the taint is lifted.
-func Test10NodeRegisteredAgain(t *testing.T) {
+func TestNodeRegisteredAgainIsUntaintedAtOnce(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	w := cluster.Workers()[0].Name
 	before := waitCondition(t, ctx, w, time.Minute, "ready and untainted before", readyAndUntainted)
@@ -1045,10 +1047,10 @@ func Test10NodeRegisteredAgain(t *testing.T) {
 	}
 }
 
-// 7. Expiry (runs last: it is the slowest): with 3-minute certificates and no approver, the certificate
+// Expiry (last in this file, so it runs last: it is the slowest): with 3-minute certificates and no approver, the certificate
 // expires unrenewed and the condition says so; the approver's return
 // renews it and the condition recovers.
-func Test07Expiry(t *testing.T) {
+func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	if err := cluster.SetSigningDuration(ctx, 3*time.Minute); err != nil {
 		t.Fatal(err)

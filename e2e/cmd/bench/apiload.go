@@ -8,9 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The bench agent's identity is a user of its own (not system:masters,
@@ -42,7 +44,15 @@ func grantAgentRole(ctx context.Context, c *localcluster.Cluster, manifests stri
 		return fmt.Errorf("reading the agent's RBAC (--manifests names the repository's manifests folder): %w", err)
 	}
 	var role *rbacv1.ClusterRole
-	for _, doc := range bytes.Split(data, []byte("\n---")) {
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := docs.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
 		var r rbacv1.ClusterRole
 		if err := yaml.Unmarshal(doc, &r); err == nil && r.Kind == "ClusterRole" {
 			role = &r
@@ -92,27 +102,37 @@ func dispatched(ctx context.Context, c *localcluster.Cluster) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	return sumSeries(bytes.NewReader(raw), "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="`+agentFlow+`"`)
+	return sumSeries(bytes.NewReader(raw), "apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": agentFlow})
 }
 
-// sumSeries sums the samples of metric whose labels contain label (all of
-// them when label is empty) in a Prometheus text exposition.
-func sumSeries(r io.Reader, metric, label string) (float64, error) {
+// sumSeries sums the samples of metric (counters, gauges, untyped) that
+// carry every label in want, in a Prometheus text exposition.
+func sumSeries(r io.Reader, metric string, want map[string]string) (float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return 0, fmt.Errorf("parsing metrics: %w", err)
+	}
 	sum := 0.0
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, metric)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') || !strings.Contains(rest, label) {
+	for _, m := range families[metric].GetMetric() {
+		labels := labelsOf(m)
+		matches := true
+		for k, v := range want {
+			matches = matches && labels[k] == v
+		}
+		if !matches {
 			continue
 		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
 		}
 	}
-	return sum, sc.Err()
+	return sum, nil
 }
 
 // relay forwards the agent's API connections to the API server inside the

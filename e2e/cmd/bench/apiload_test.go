@@ -17,20 +17,22 @@ certready_watch_events_total{kind="csr"} 2.5
 certready_watch_events_total 1
 `
 	for _, tc := range []struct {
-		metric, label string
-		want          float64
+		metric string
+		label  map[string]string
+		want   float64
 	}{
-		{"apiserver_flowcontrol_dispatched_requests_total", `flow_schema="certready-bench-agent"`, 7},
-		{"apiserver_flowcontrol_dispatched_requests_total", `flow_schema="nobody"`, 0},
-		{"certready_watch_events_total", "", 6.5},
-		{"certready_watch", "", 0}, // a prefix of a name is not the name
+		{"apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": "certready-bench-agent"}, 7},
+		{"apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": "nobody"}, 0},
+		{"apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": "certready-bench-agent", "priority_level": "exempt"}, 0},
+		{"certready_watch_events_total", nil, 6.5},
+		{"certready_watch", nil, 0}, // a prefix of a name is not the name
 	} {
 		got, err := sumSeries(strings.NewReader(exposition), tc.metric, tc.label)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != tc.want {
-			t.Errorf("sumSeries(%s, %q) = %v, want %v", tc.metric, tc.label, got, tc.want)
+			t.Errorf("sumSeries(%s, %v) = %v, want %v", tc.metric, tc.label, got, tc.want)
 		}
 	}
 }

@@ -49,6 +49,7 @@ type results struct {
 
 func main() {
 	storms := pflag.String("storm", "100,1000,5000", "approval storm sizes (empty: skip)")
+	naive := pflag.String("naive-storm", "1000,5000", "storm sizes for the naive approach too (label, approve, event on one client at QPS 100), for comparison (empty: skip)")
 	transitions := pflag.Int("transitions", 50, "readiness transitions to measure (0: skip)")
 	fleet := pflag.String("fleet", "1,100,1000", "simulated cluster sizes for the API load (empty: skip)")
 	window := pflag.Duration("load-window", time.Minute, "steady-state window per fleet size")
@@ -58,9 +59,9 @@ func main() {
 	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, short windows")
 	pflag.Parse()
 	if *smoke {
-		*storms, *transitions, *fleet, *window, *idle = "10", 3, "1,10", 10*time.Second, 5*time.Second
+		*storms, *naive, *transitions, *fleet, *window, *idle = "10", "10", 3, "1,10", 10*time.Second, 5*time.Second
 	}
-	if err := run(*storms, *transitions, *fleet, *window, *idle, *out, *manifests); err != nil {
+	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, *out, *manifests); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -90,10 +91,14 @@ rules:
 - level: None
 `
 
-func run(stormSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir, manifests string) error {
+func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir, manifests string) error {
 	stormSizes, err := ints(stormSpec)
 	if err != nil {
 		return fmt.Errorf("--storm: %w", err)
+	}
+	naiveSizes, err := ints(naiveSpec)
+	if err != nil {
+		return fmt.Errorf("--naive-storm: %w", err)
 	}
 	fleetSizes, err := ints(fleetSpec)
 	if err != nil {
@@ -145,12 +150,23 @@ func run(stormSpec string, transitions int, fleetSpec string, window, idle time.
 			return err
 		}
 	}
+	type planned struct {
+		n        int
+		approach string
+	}
+	var runs []planned
 	for _, n := range stormSizes {
-		s, samples, err := b.storm(ctx, n)
+		runs = append(runs, planned{n, "certready"})
+	}
+	for _, n := range naiveSizes {
+		runs = append(runs, planned{n, "naive"})
+	}
+	for _, r := range runs {
+		s, samples, err := b.storm(ctx, r.n, r.approach)
 		if err != nil {
 			// Report what failed beside the figures that were measured.
-			res.Notes[fmt.Sprintf("storm %d", n)] = "failed: " + err.Error()
-			logf("storm %d failed: %v", n, err)
+			res.Notes[fmt.Sprintf("storm %d (%s)", r.n, r.approach)] = "failed: " + err.Error()
+			logf("storm %d (%s) failed: %v", r.n, r.approach, err)
 			continue
 		}
 		res.Storms = append(res.Storms, s)
@@ -201,9 +217,18 @@ func print(r results) {
 		fmt.Fprintf(w, "agent + approver fallback: taint removed\t%d\t%s\t%s\t%s\n", len(rd.ToUntainted), ms(pct(rd.ToUntainted, .5)), ms(pct(rd.ToUntainted, .99)), ms(pct(rd.ToUntainted, 1)))
 		fmt.Fprintf(w, "reference: 10 s file poller detects\t%d\t%s\t%s\t%s\n", len(rd.Poller), ms(pct(rd.Poller, .5)), ms(pct(rd.Poller, .99)), ms(pct(rd.Poller, 1)))
 	}
-	fmt.Fprintln(w, "\n== 2. Approval storm\tCSRs\tp50\tp99\tapproved/s\tfailed creations")
+	fmt.Fprintln(w, "\n== 2. Approval storm, creation -> Approved=True\tCSRs\tp50\tp99\tcreated/s\tapproved/s\twrites/approval\tapprover per node (peak RSS, live heap)\tCPU ms/approval\tAPF wait\tfailed creations")
 	for _, s := range r.Storms {
-		fmt.Fprintf(w, "creation -> Approved=True\t%d\t%s\t%s\t%.1f\t%d\n", s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)), s.PerSecond, s.Failed)
+		mem, cpu := "-", "-"
+		if s.Approach == "certready" {
+			mem = fmt.Sprintf("%.1f KiB, %.1f KiB", s.RSSPerNode/1024, s.HeapPerNode/1024)
+			cpu = fmt.Sprintf("%.2f", s.CPUPerApproval)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t%s\t%.2f ms\t%d\n", s.Approach, s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)),
+			s.CreatedPerSecond, s.PerSecond, s.WritesPerApproval, mem, cpu, s.APFWaitMillis, s.Failed)
+	}
+	for _, s := range r.Storms {
+		fmt.Fprintf(w, "  %s %d: requests on CSRs by verb and subresource\t%v\n", s.Approach, s.N, s.Requests)
 	}
 	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tKiB received/min\tcluster node writes/min\trequests by verb (audit)")
 	for _, l := range r.Load {
