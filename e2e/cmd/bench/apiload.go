@@ -10,17 +10,16 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/e2e/localcluster"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The bench agent's identity is a user of its own (not system:masters,

@@ -11,11 +11,10 @@ import (
 	"os"
 	"time"
 
-	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
-
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/certready/certready/e2e/localcluster"
 )

@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/certready/certready/e2e/localcluster"
 	"github.com/prometheus/procfs"
+
+	"github.com/certready/certready/e2e/localcluster"
 )
 
 type footprintSample struct {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/certready/certready/e2e/localcluster"
-
 	"github.com/certready/certready/internal/names"
 )
 

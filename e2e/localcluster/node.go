@@ -1,0 +1,233 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/certready/certready/internal/names"
+)
+
+// Node is one kubelet.
+type Node struct {
+	Name         string
+	IP           string
+	ControlPlane bool
+	Dir          string // host folder that is /var/lib/kubelet inside the node
+	index        int
+	proc         *proc
+	cluster      *Cluster
+}
+
+// PKIDir is the node's /var/lib/kubelet/pki as seen from the host.
+func (n *Node) PKIDir() string { return filepath.Join(n.Dir, "pki") }
+
+// AddNode starts one more kubelet and waits until its Node is registered.
+func (c *Cluster) AddNode(ctx context.Context, name string, controlPlane bool) (*Node, error) {
+	c.mu.Lock()
+	idx := len(c.nodes)
+	n := &Node{Name: name, IP: fmt.Sprintf("192.0.2.%d", 10+idx), ControlPlane: controlPlane, index: idx, cluster: c}
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	root := filepath.Join(c.cfg.StateDir, "n", name)
+	n.Dir = filepath.Join(root, "kubelet")
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := c.ns.addAddress(n.IP); err != nil {
+		return nil, err
+	}
+	if err := c.pki.client("node-"+name, names.NodeUser(name), "system:nodes"); err != nil {
+		return nil, err
+	}
+	if err := c.pki.kubeconfig(filepath.Join(root, "kubeconfig"), "https://"+APIServerIP+":6443", "node-"+name); err != nil {
+		return nil, err
+	}
+	kcfg, err := kubeletConfig(n, root, c.pki.path("ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "config.yaml"), kcfg, 0o644); err != nil {
+		return nil, err
+	}
+	if err := c.startKubelet(n); err != nil {
+		return nil, err
+	}
+	c.logf("node %s (%s) starting", name, n.IP)
+	err = poll(ctx, 90*time.Second, "node "+name+" to register", func() (bool, error) {
+		if !n.proc.running() {
+			return false, fmt.Errorf("node %s exited; see %s", name, c.logPath("node-"+name))
+		}
+		_, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if controlPlane {
+		// NodeRestriction forbids a kubelet to label itself a control plane.
+		patch := `{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (c *Cluster) startKubelet(n *Node) error {
+	root := filepath.Dir(n.Dir)
+	var podIPs []string
+	for k := 0; k < 10; k++ {
+		podIPs = append(podIPs, fmt.Sprintf("192.0.2.%d", 100+10*n.index+k))
+	}
+	for _, d := range []string{"log-pods", "log-containers"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	args := []string{"nsenter", "--net=" + c.ns.path, "--", "unshare", "-m", "--propagation", "private",
+		c.cfg.Binaries.Localnode, "node", "--dir", root, "--ip", n.IP, "--cri", filepath.Join(root, "cri.sock"),
+		"--bind", n.Dir + ":/var/lib/kubelet",
+		"--bind", filepath.Join(root, "log-pods") + ":/var/log/pods",
+		"--bind", filepath.Join(root, "log-containers") + ":/var/log/containers",
+		"--image", "certready=" + c.cfg.Binaries.Certready,
+		"--pod-ips", strings.Join(podIPs, ","),
+		"--", c.bin("kubelet"),
+		"--config=" + filepath.Join(root, "config.yaml"),
+		"--kubeconfig=" + filepath.Join(root, "kubeconfig"),
+		"--hostname-override=" + n.Name, "--node-ip=" + n.IP, "--v=2",
+	}
+	p, err := c.sup.start("node-"+n.Name, c.logPath("node-"+n.Name), args, nil)
+	if err != nil {
+		return err
+	}
+	n.proc = p
+	return nil
+}
+
+// kubeletConfig is the node's KubeletConfiguration: serving certificates
+// bootstrapped through CSRs and rotated, on a host without cgroups for
+// pods, and registering with the control-plane or the startup taint.
+func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
+	no, yes := false, true
+	empty := ""
+	gcHigh, gcLow := int32(100), int32(99)
+	cfg := kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		Address:                  n.IP,
+		HealthzBindAddress:       n.IP,
+		ServerTLSBootstrap:       true,
+		RotateCertificates:       true,
+		ContainerRuntimeEndpoint: "unix://" + root + "/cri.sock",
+		CgroupsPerQOS:            &no,
+		// "none": nothing enforced (without cgroups for pods there is
+		// nothing to enforce it with); an empty list would read as unset.
+		EnforceNodeAllocatable:        []string{"none"},
+		FailSwapOn:                    &no,
+		FailCgroupV1:                  &no,
+		CgroupDriver:                  "cgroupfs",
+		LocalStorageCapacityIsolation: &no,
+		ResolverConfig:                &empty,
+		EvictionHard:                  map[string]string{"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+		ImageGCHighThresholdPercent:   &gcHigh,
+		ImageGCLowThresholdPercent:    &gcLow,
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: &no},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: &yes},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: ca},
+		},
+		Authorization: kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
+	}
+	if n.ControlPlane {
+		cfg.RegisterWithTaints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
+	} else {
+		cfg.RegisterWithTaints = []corev1.Taint{{Key: StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	return yaml.Marshal(cfg)
+}
+
+// Nodes lists the nodes.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// Node returns the node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes() {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// RestartKubelet restarts the node's kubelet alone (SIGHUP to its
+// localnode): the containers keep running, as when a real node's kubelet
+// service restarts.
+func (c *Cluster) RestartKubelet(name string) error {
+	n := c.Node(name)
+	if n == nil || n.proc == nil {
+		return fmt.Errorf("no node %s in the local cluster", name)
+	}
+	if !n.proc.running() {
+		return fmt.Errorf("node %s is not running; see %s", name, c.logPath("node-"+name))
+	}
+	return n.proc.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// Workers lists the worker nodes.
+func (c *Cluster) Workers() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes() {
+		if !n.ControlPlane {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NodeRESTConfig is a client configuration with the node's own kubelet
+// credentials (system:node:<name>), to act as that node would.
+func (c *Cluster) NodeRESTConfig(name string) *rest.Config {
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.TLSClientConfig.CertFile = c.pki.path("node-" + name + ".crt")
+	cfg.TLSClientConfig.KeyFile = c.pki.path("node-" + name + ".key")
+	return cfg
+}
+
+// ContainerPIDs returns the host pids of container processes whose
+// environment holds env (for example POD_NAME=<pod>).
+func ContainerPIDs(env string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(data), "\x00") {
+			if kv == env {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
