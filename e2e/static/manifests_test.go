@@ -346,21 +346,7 @@ func TestAlertsWithPromtool(t *testing.T) {
 }
 
 func TestMonitoringComponentBuilds(t *testing.T) {
-	// kustomize takes only relative paths: a throw-away overlay inside
-	// manifests/, removed afterwards.
-	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".monitoring-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	k := "resources:\n- ../../base\ncomponents:\n- ../../components/monitoring\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := buildMonitoring(t)
 	var kinds []string
 	for _, r := range m.Resources() {
 		kinds = append(kinds, r.GetKind())
