@@ -5,6 +5,7 @@
 //	certready approver  leader-elected approver of kubelet-serving CSRs
 //	certready check     the agent's checks once, as a node-problem-detector plugin
 //	certready preflight which nodes a NodeReadinessRule would keep tainted (read-only)
+//	certready status    the fleet view: every node's condition, certificate and taint (read-only)
 //	certready version   build information
 package main
 
@@ -14,7 +15,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -38,6 +41,7 @@ func commands() []command {
 		{"approver", "Run the kubelet-serving CSR approver (Deployment, leader-elected): approve only CSRs that prove their node's identity.", runApprover},
 		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
 		{"preflight", "Before installing the NodeReadinessRule: list the nodes it would taint and keep tainted, and why (read-only).", runPreflight},
+		{"status", "Which nodes are not ready and why: one line per node with its condition, certificate expiry, CSR and taint (read-only).", runStatus},
 		{"version", "Print version information.", func(context.Context, []string) int {
 			fmt.Printf("certready %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
@@ -54,6 +58,11 @@ func usage() {
 }
 
 func main() {
+	// As the kubectl plugin kubectl-certready, 'kubectl certready' alone
+	// is the fleet view.
+	if len(os.Args) == 1 && strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-certready") {
+		os.Args = append(os.Args, "status")
+	}
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)

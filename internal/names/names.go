@@ -32,6 +32,10 @@ const (
 	// a NodeReadinessRule (or the approver's fallback) removes.
 	TaintKey   = "readiness.k8s.io/" + ConditionType
 	TaintValue = "pending"
+
+	// CompletedAnnotation is set on a Node (to the time) when the
+	// approver's taint fallback lifted its readiness taint.
+	CompletedAnnotation = "certready.io/bootstrap-completed"
 )
 
 // NodeUser is the username of node's credentials.

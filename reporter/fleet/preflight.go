@@ -61,7 +61,7 @@ func ShippedRule() Rule {
 		{Key: "node-role.kubernetes.io/control-plane", Operator: metav1.LabelSelectorOpDoesNotExist},
 		{Key: OptOutLabel, Operator: metav1.LabelSelectorOpDoesNotExist},
 	}})
-	return Rule{Name: "kubelet-serving-cert", Selector: sel, ConditionType: "KubeletServingCertNotReady", RequiredStatus: corev1.ConditionFalse,
+	return Rule{Name: "kubelet-serving-cert", Selector: sel, ConditionType: names.ConditionType, RequiredStatus: corev1.ConditionFalse,
 		Taint: corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}}
 }
 

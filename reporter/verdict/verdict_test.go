@@ -440,3 +440,36 @@ func TestNeedsEndpoint(t *testing.T) {
 		t.Error("a failing CSR check decides without the endpoint")
 	}
 }
+
+// The fleet view reads the expiry and the CSR back from Ready messages as
+// Evaluate writes them, for every kind of proof.
+func TestParseReadyReadsWhatEvaluateWrites(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name    string
+		mutate  func(in *verdict.Input)
+		wantCSR string
+	}{
+		{"issued by a CSR in the cache", func(*verdict.Input) {}, "csr-1"},
+		{"verified earlier, CSR since deleted", func(in *verdict.Input) {
+			in.CSR = &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.None}, Remembered: &csrmatch.Result{State: csrmatch.Issued, Name: "csr-gone.1"}, Retention: time.Hour}
+		}, "csr-gone.1"},
+		{"no CSR checked", func(in *verdict.Input) { in.CSR, in.SkipCSR = nil, true }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := f.ready()
+			tc.mutate(&in)
+			v := verdict.Evaluate(in)
+			if v.Reason != verdict.Ready {
+				t.Fatalf("verdict %s: %s", v.Reason, v.Message)
+			}
+			notAfter, csr := verdict.ParseReady(v.Message)
+			if !notAfter.Equal(f.good.Cert.NotAfter.Truncate(time.Second)) || csr != tc.wantCSR {
+				t.Errorf("ParseReady(%q) = %s, %q; want %s, %q", v.Message, notAfter, csr, f.good.Cert.NotAfter, tc.wantCSR)
+			}
+		})
+	}
+	if na, csr := verdict.ParseReady("CSR csr-x pending approval since 2026-12-01T00:00:00Z"); !na.IsZero() || csr != "" {
+		t.Errorf("a non-Ready message parsed as %s, %q", na, csr)
+	}
+}

@@ -31,11 +31,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/condition"
 )
 
 // CompletedAnnotation records when certready lifted the startup taint.
-const CompletedAnnotation = "certready.io/bootstrap-completed"
+const CompletedAnnotation = names.CompletedAnnotation
 
 // Config names the taint and the condition.
 type Config struct {

@@ -1,0 +1,114 @@
+package fleet
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/condition"
+	"github.com/certready/certready/reporter/verdict"
+)
+
+// NRCCompletedPrefix is the node-readiness-controller's mark on a node for
+// which a bootstrap-only rule completed (the rule's name follows).
+const NRCCompletedPrefix = "readiness.k8s.io/bootstrap-completed-"
+
+// NodeStatus is one node's line in the fleet view.
+type NodeStatus struct {
+	Node string `json:"node"`
+	// Ready: the condition is False (every check passed), the agent wrote
+	// it within staleAfter, and the readiness taint is gone.
+	Ready bool `json:"ready"`
+	// Status and Reason of the condition; Status is empty without one.
+	Status  corev1.ConditionStatus `json:"status"`
+	Reason  string                 `json:"reason,omitempty"`
+	Message string                 `json:"message,omitempty"`
+	// Since is the last transition, Heartbeat the agent's last write.
+	Since     *time.Time `json:"since,omitempty"`
+	Heartbeat *time.Time `json:"heartbeat,omitempty"`
+	// NotAfter and CSR are the installed certificate's expiry and the CSR
+	// that issued it, as the agent reported them (Ready nodes only).
+	NotAfter *time.Time `json:"notAfter,omitempty"`
+	CSR      string     `json:"csr,omitempty"`
+	// Tainted: the node carries the readiness taint.
+	Tainted bool `json:"tainted"`
+	// Completed names who marked the node's bootstrap complete: NRC rules
+	// (readiness.k8s.io/bootstrap-completed-<rule>) and certready's
+	// own taint fallback ("certready").
+	Completed []string `json:"bootstrapCompletedBy,omitempty"`
+	// Problem says, for a node that is not Ready, why, in a few words.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Status gives every node's line, problems first, then by name.
+// conditionType is the agent's condition, taintKey the readiness taint;
+// a condition not written for staleAfter no longer stands.
+func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKey string, staleAfter time.Duration, now time.Time) []NodeStatus {
+	out := make([]NodeStatus, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		s := NodeStatus{Node: n.Name}
+		for _, t := range n.Spec.Taints {
+			if t.Key == taintKey && t.Effect != corev1.TaintEffectPreferNoSchedule {
+				s.Tainted = true
+			}
+		}
+		for k := range n.Annotations {
+			if rule, ok := strings.CutPrefix(k, NRCCompletedPrefix); ok {
+				s.Completed = append(s.Completed, rule)
+			}
+		}
+		if _, ok := n.Annotations[names.CompletedAnnotation]; ok {
+			s.Completed = append(s.Completed, "certready")
+		}
+		sort.Strings(s.Completed)
+		c := condition.Find(n, conditionType)
+		if c != nil {
+			since, beat := c.LastTransitionTime.Time, c.LastHeartbeatTime.Time
+			s.Status, s.Reason, s.Message, s.Since, s.Heartbeat = c.Status, c.Reason, c.Message, &since, &beat
+			if c.Status == corev1.ConditionFalse {
+				if notAfter, csr := verdict.ParseReady(c.Message); !notAfter.IsZero() {
+					s.NotAfter, s.CSR = &notAfter, csr
+				}
+			}
+		}
+		switch {
+		case c == nil:
+			s.Problem = "no " + string(conditionType) + " condition: no certready agent reports on this node"
+		case c.Status != corev1.ConditionFalse:
+			s.Problem = c.Reason
+		case staleAfter > 0 && now.Sub(c.LastHeartbeatTime.Time) > staleAfter:
+			s.Problem = "condition not written for " + now.Sub(c.LastHeartbeatTime.Time).Round(time.Second).String() + ": is the agent running?"
+		case s.Tainted:
+			s.Problem = "ready, but still carries " + taintKey + ": is a NodeReadinessRule or the approver's taint fallback installed?"
+		default:
+			s.Ready = true
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Ready != out[j].Ready {
+			return !out[i].Ready
+		}
+		return out[i].Node < out[j].Node
+	})
+	return out
+}
+
+// DefaultStaleAfter is twice the agent's default heartbeat (5 min), as the
+// taint fallback's --condition-max-age.
+const DefaultStaleAfter = 10 * time.Minute
+
+// Problems keeps the nodes that are not Ready.
+func Problems(rows []NodeStatus) []NodeStatus {
+	var out []NodeStatus
+	for _, r := range rows {
+		if !r.Ready {
+			out = append(out, r)
+		}
+	}
+	return out
+}

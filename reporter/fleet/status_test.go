@@ -1,0 +1,79 @@
+package fleet_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/fleet"
+)
+
+func TestStatusOnFixtures(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	cond := func(status corev1.ConditionStatus, reason, msg string, beat time.Duration) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: names.ConditionType, Status: status, Reason: reason, Message: msg,
+			LastTransitionTime: metav1.NewTime(now.Add(-time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-beat))}
+	}
+	node := func(name string, c *corev1.NodeCondition, taint bool, annotations map[string]string) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
+		if c != nil {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}, *c}
+		}
+		if taint {
+			n.Spec.Taints = []corev1.Taint{{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}}
+		}
+		return n
+	}
+	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250"
+	ready := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Minute)
+	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
+	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Hour)
+	nodes := []corev1.Node{
+		node("w1", &ready, false, map[string]string{fleet.NRCCompletedPrefix + "kubelet-serving-cert": "true"}),
+		node("w2", &pending, true, nil),
+		node("w3", nil, true, nil),
+		node("w4", &stale, false, nil),
+		node("w5", &ready, true, nil),
+		node("w6", &ready, false, map[string]string{names.CompletedAnnotation: "2026-12-01T11:00:00Z"}),
+	}
+	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, fleet.DefaultStaleAfter, now)
+	byNode := map[string]fleet.NodeStatus{}
+	var order []string
+	for _, r := range rows {
+		byNode[r.Node] = r
+		order = append(order, r.Node)
+	}
+	if got := strings.Join(order, ","); got != "w2,w3,w4,w5,w1,w6" {
+		t.Errorf("order %s: want the problems first, then by name", got)
+	}
+	for _, tc := range []struct {
+		node      string
+		ready     bool
+		problem   string
+		completed string
+		csr       string
+	}{
+		{"w1", true, "", "kubelet-serving-cert", "csr-w1"},
+		{"w2", false, "CSRPending", "", ""},
+		{"w3", false, "no certready agent reports on this node", "", ""},
+		{"w4", false, "not written for 1h0m0s", "", "csr-w1"},
+		{"w5", false, "still carries " + names.TaintKey, "", "csr-w1"},
+		{"w6", true, "", "certready", "csr-w1"},
+	} {
+		r := byNode[tc.node]
+		if r.Ready != tc.ready || !strings.Contains(r.Problem, tc.problem) || (tc.problem == "") != (r.Problem == "") ||
+			strings.Join(r.Completed, ",") != tc.completed || r.CSR != tc.csr {
+			t.Errorf("%s: %+v; want ready %v, problem %q, completed by %q, CSR %q", tc.node, r, tc.ready, tc.problem, tc.completed, tc.csr)
+		}
+	}
+	if na := byNode["w1"].NotAfter; na == nil || !na.Equal(time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)) {
+		t.Errorf("w1 expiry %v", na)
+	}
+	if p := fleet.Problems(rows); len(p) != 4 {
+		t.Errorf("%d problems, want 4", len(p))
+	}
+}
