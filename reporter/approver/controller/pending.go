@@ -17,15 +17,25 @@ import (
 type pendingSet struct {
 	mu     sync.Mutex
 	byNode map[string]map[types.UID]pendingCSR
+	// latest is each node's newest CSR in any state: once a node's newest
+	// request is decided, its older pending ones stay superseded.
+	latest map[string]pendingCSR
 }
 
 type pendingCSR struct {
+	uid     types.UID
 	name    string
 	created time.Time
 }
 
+// after reports whether c was made after o (later, or in the same second
+// with a greater name).
+func (c pendingCSR) after(o pendingCSR) bool {
+	return c.created.After(o.created) || (c.created.Equal(o.created) && c.name > o.name)
+}
+
 func newPendingSet() *pendingSet {
-	return &pendingSet{byNode: map[string]map[types.UID]pendingCSR{}}
+	return &pendingSet{byNode: map[string]map[types.UID]pendingCSR{}, latest: map[string]pendingCSR{}}
 }
 
 // observe records csr's current state (pending or not); gone removes it.
@@ -36,6 +46,14 @@ func (p *pendingSet) observe(csr *certv1.CertificateSigningRequest, gone bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	this := pendingCSR{uid: csr.UID, name: csr.Name, created: csr.CreationTimestamp.Time}
+	if gone {
+		if p.latest[node].uid == csr.UID {
+			delete(p.latest, node)
+		}
+	} else if l, ok := p.latest[node]; !ok || l.uid == csr.UID || this.after(l) {
+		p.latest[node] = this
+	}
 	set := p.byNode[node]
 	if gone || !isPending(csr) {
 		delete(set, csr.UID)
@@ -48,7 +66,7 @@ func (p *pendingSet) observe(csr *certv1.CertificateSigningRequest, gone bool) {
 		set = map[types.UID]pendingCSR{}
 		p.byNode[node] = set
 	}
-	set[csr.UID] = pendingCSR{name: csr.Name, created: csr.CreationTimestamp.Time}
+	set[csr.UID] = this
 }
 
 // nodes is how many distinct nodes have a pending CSR.
@@ -58,10 +76,11 @@ func (p *pendingSet) nodes() int {
 	return len(p.byNode)
 }
 
-// newer returns the name of a pending CSR of csr's node that is newer than
-// csr (created later, or at the same second with a greater name), or "".
-// A node holds a handful of pending CSRs at most: the kubelet re-requests
-// about every 15 minutes and the CSRs are cleaned up after a day.
+// newer returns the name of a CSR of csr's node that is newer than csr
+// (created later, or at the same second with a greater name): a pending
+// one, or the node's newest in any state, or "". A node holds a handful
+// of pending CSRs at most: the kubelet re-requests about every 15 minutes
+// and the CSRs are cleaned up after a day.
 func (p *pendingSet) newer(csr *certv1.CertificateSigningRequest) string {
 	node, ok := nodeOf(csr)
 	if !ok {
@@ -69,14 +88,18 @@ func (p *pendingSet) newer(csr *certv1.CertificateSigningRequest) string {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	newest, at := "", csr.CreationTimestamp.Time
+	this := pendingCSR{uid: csr.UID, name: csr.Name, created: csr.CreationTimestamp.Time}
+	newest := this
 	for uid, c := range p.byNode[node] {
-		if uid == csr.UID {
-			continue
-		}
-		if c.created.After(at) || (c.created.Equal(at) && c.name > csr.Name && newest == "") {
-			newest, at = c.name, c.created
+		if uid != csr.UID && c.after(newest) {
+			newest = c
 		}
 	}
-	return newest
+	if l, ok := p.latest[node]; ok && l.uid != csr.UID && l.after(newest) {
+		newest = l
+	}
+	if newest.uid == csr.UID {
+		return ""
+	}
+	return newest.name
 }
