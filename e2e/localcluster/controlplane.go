@@ -115,11 +115,13 @@ func (c *Cluster) startControllerManager() error {
 		"--controllers=*,-nodeipam",
 	}
 	if c.cfg.ControlPlaneOnly {
-		// Every Node is simulated and no kubelet posts status: the node
-		// lifecycle controller would only mark each one unreachable and
-		// taint it, rate-limited, for minutes after the Nodes are made: a
-		// trickle of writes that real, heartbeating kubelets never cause.
-		args[len(args)-1] += ",-node-lifecycle-controller,-taint-eviction-controller"
+		// Every Node is simulated and no kubelet posts status or reads the
+		// node TTL annotation: the node lifecycle controller would only mark
+		// each one unreachable and taint it, and the TTL controller would
+		// patch every Node again each time the cluster size crosses one of
+		// its thresholds, both rate-limited, for minutes after thousands of
+		// Nodes are made: writes that would run into every measurement.
+		args[len(args)-1] += ",-node-lifecycle-controller,-taint-eviction-controller,-ttl-controller"
 	}
 	if c.cfg.SigningDuration > 0 {
 		args = append(args, "--cluster-signing-duration="+c.cfg.SigningDuration.String())

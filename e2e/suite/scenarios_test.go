@@ -993,6 +993,75 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	return path
 }
 
+// The fleet view (certready status, also kubectl certready) on the real
+// cluster: every node ready with its certificate's expiry and CSR, exit 0;
+// a node no agent reports on is listed by --problems, exit 1.
+func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	bin := os.Getenv("CERTREADY_BIN")
+	if bin == "" {
+		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
+	}
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	type row struct {
+		Node      string     `json:"node"`
+		Ready     bool       `json:"ready"`
+		CSR       string     `json:"csr"`
+		NotAfter  *time.Time `json:"notAfter"`
+		Tainted   bool       `json:"tainted"`
+		Completed []string   `json:"bootstrapCompletedBy"`
+		Problem   string     `json:"problem"`
+	}
+	status := func(args ...string) ([]row, int, string) {
+		out, err := exec.CommandContext(ctx, bin, append([]string{"status", "--kubeconfig=" + kubeconfig, "-o", "json"}, args...)...).Output()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatalf("certready status: %v", err)
+		}
+		var doc struct{ Nodes []row }
+		if err := json.Unmarshal(out, &doc); err != nil {
+			t.Fatalf("certready status -o json: %v\n%s", err, out)
+		}
+		return doc.Nodes, code, string(out)
+	}
+	var rows []row
+	err := localcluster.Poll(ctx, 2*time.Minute, "certready status to report every node ready", func() (bool, error) {
+		var code int
+		rows, code, _ = status()
+		return code == 0 && len(rows) == len(cluster.Nodes()), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, rows)
+	}
+	for _, r := range rows {
+		if !r.Ready || r.Tainted || r.NotAfter == nil || r.NotAfter.Before(time.Now()) {
+			t.Errorf("node %s: %+v", r.Node, r)
+		}
+	}
+	for _, w := range cluster.Workers() {
+		for _, r := range rows {
+			if r.Node == w.Name && (r.CSR == "" || len(r.Completed) == 0) {
+				t.Errorf("worker %s: no issuing CSR or no bootstrap completion mark: %+v", w.Name, r)
+			}
+		}
+	}
+	unreported := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unreported-1"}}
+	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, unreported, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), unreported.Name, metav1.DeleteOptions{})
+	})
+	problems, code, out := status("--problems")
+	if code != 1 || len(problems) != 1 || problems[0].Node != unreported.Name || !strings.Contains(problems[0].Problem, "no certready agent reports on this node") {
+		t.Fatalf("with %s: exit %d, want 1 and only it listed\n%s", unreported.Name, code, out)
+	}
+	t.Logf("certready status --problems (exit %d): %s", code, out)
+}
+
 // A node registered again (kubectl delete node, then a kubelet
 // restart; the agent keeps running): the new Node comes back with the
 // startup taint and no condition, and the agent must publish the condition
