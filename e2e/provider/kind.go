@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
 	kindnodes "sigs.k8s.io/kind/pkg/cluster/nodes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/e2e/localcluster"
 )
@@ -224,31 +225,62 @@ func (k *Kind) RestartAPIServer(ctx context.Context) error {
 	})
 }
 
-// SetSigningDuration edits the controller manager's static pod manifest;
-// the kubelet restarts it.
+// SetSigningDuration edits the controller manager's static pod manifest
+// (decoded as the Pod it is); the kubelet restarts it.
 func (k *Kind) SetSigningDuration(ctx context.Context, d time.Duration) error {
-	arg := ""
-	if d > 0 {
-		arg = d.String()
-	}
 	return k.restartStatic(ctx, "kube-controller-manager", func(cp, _ string) error {
-		_, err := k.run(ctx, cp, nil, "sh", "-c", signingScript, "sh", arg, controllerManagerManifest)
+		manifest, err := k.run(ctx, cp, nil, "cat", controllerManagerManifest)
+		if err != nil {
+			return err
+		}
+		edited, err := withSigningDuration([]byte(manifest), d)
+		if err != nil {
+			return fmt.Errorf("%s on %s: %w", controllerManagerManifest, cp, err)
+		}
+		_, err = k.run(ctx, cp, edited, "sh", "-c", replaceScript, "sh", controllerManagerManifest, "/etc/kubernetes")
 		return err
 	})
+}
+
+// withSigningDuration sets (or, for 0, removes) --cluster-signing-duration
+// in the kube-controller-manager container of a static pod manifest.
+func withSigningDuration(manifest []byte, d time.Duration) ([]byte, error) {
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(manifest, &pod); err != nil {
+		return nil, fmt.Errorf("not a Pod: %w", err)
+	}
+	const flag = "--cluster-signing-duration="
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Name != "kube-controller-manager" {
+			continue
+		}
+		if len(c.Command) == 0 || filepath.Base(c.Command[0]) != "kube-controller-manager" {
+			return nil, fmt.Errorf("container kube-controller-manager runs %q, not kube-controller-manager", c.Command)
+		}
+		kept := []string{c.Command[0]}
+		if d > 0 {
+			kept = append(kept, flag+d.String())
+		}
+		for _, a := range c.Command[1:] {
+			if !strings.HasPrefix(a, flag) {
+				kept = append(kept, a)
+			}
+		}
+		c.Command = kept
+		return yaml.Marshal(&pod)
+	}
+	return nil, fmt.Errorf("no container kube-controller-manager")
 }
 
 // The shell run in the node containers (tested on real files in
 // kind_test.go, except killScript, which needs crictl).
 const (
 	controllerManagerManifest = "/etc/kubernetes/manifests/kube-controller-manager.yaml"
-	// signingScript sets (or with an empty $1 removes) the controller
-	// manager's --cluster-signing-duration in its static pod manifest $2.
-	signingScript = `f=$2
-sed -i '/--cluster-signing-duration=/d' "$f"
-if [ -n "$1" ]; then
-  sed -i "s|^\([[:space:]]*\)- kube-controller-manager\$|&\n\1- --cluster-signing-duration=$1|" "$f"
-  grep -q -- "--cluster-signing-duration=$1" "$f"
-fi`
+	// replaceScript replaces the file $1 with stdin (mode 0600), written
+	// first in the folder $2 (same filesystem, outside the static pod
+	// folder, whose every file the kubelet reads) and renamed into place.
+	replaceScript = `t=$(mktemp "$2/.e2e-XXXXXX") && cat > "$t" && chmod 600 "$t" && mv -f "$t" "$1"`
 	// killScript SIGKILLs the running containers of pod $1, printing how many.
 	killScript = `n=0
 for c in $(crictl ps -q --state running --label io.kubernetes.pod.name="$1"); do

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -51,54 +52,66 @@ spec:
   hostNetwork: true
 `
 
-func TestSigningScriptEditsTheStaticPodManifest(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kube-controller-manager.yaml")
-	if err := os.WriteFile(path, []byte(kcmManifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	command := func() []string {
-		t.Helper()
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pod corev1.Pod
-		if err := yaml.UnmarshalStrict(data, &pod); err != nil {
-			t.Fatalf("the edited manifest no longer decodes: %v\n%s", err, data)
-		}
-		return pod.Spec.Containers[0].Command
-	}
+func TestSigningDurationEditsTheStaticPodManifest(t *testing.T) {
+	manifest := []byte(kcmManifest)
 	for _, tc := range []struct {
-		duration string
+		duration time.Duration
 		want     string // "" : no signing duration argument
 	}{
-		{"3m0s", "--cluster-signing-duration=3m0s"},
-		{"5m0s", "--cluster-signing-duration=5m0s"}, // replaces, never adds a second
-		{"", ""},
+		{3 * time.Minute, "--cluster-signing-duration=3m0s"},
+		{5 * time.Minute, "--cluster-signing-duration=5m0s"}, // replaces, never adds a second
+		{0, ""},
 	} {
-		if err := sh(t, nil, signingScript, tc.duration, path); err != nil {
-			t.Fatalf("duration %q: %v", tc.duration, err)
+		edited, err := withSigningDuration(manifest, tc.duration)
+		if err != nil {
+			t.Fatalf("duration %s: %v", tc.duration, err)
 		}
-		cmd := command()
+		var pod corev1.Pod
+		if err := yaml.UnmarshalStrict(edited, &pod); err != nil {
+			t.Fatalf("the edited manifest no longer decodes: %v\n%s", err, edited)
+		}
+		cmd := pod.Spec.Containers[0].Command
 		if cmd[0] != "kube-controller-manager" || len(cmd) != 5+min(len(tc.want), 1) {
-			t.Fatalf("duration %q: command %q", tc.duration, cmd)
+			t.Fatalf("duration %s: command %q", tc.duration, cmd)
 		}
 		if tc.want != "" && cmd[1] != tc.want {
-			t.Errorf("duration %q: command %q, want %s right after the binary", tc.duration, cmd, tc.want)
+			t.Errorf("duration %s: command %q, want %s right after the binary", tc.duration, cmd, tc.want)
 		}
-		if !slices.Contains(cmd, "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt") {
-			t.Errorf("duration %q: lost another argument: %q", tc.duration, cmd)
+		if !slices.Contains(cmd, "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt") || !pod.Spec.HostNetwork || pod.Labels["tier"] != "control-plane" {
+			t.Errorf("duration %s: lost another part of the manifest:\n%s", tc.duration, edited)
+		}
+		manifest = edited
+	}
+}
+
+func TestSigningDurationRefusesAManifestItCannotEdit(t *testing.T) {
+	for _, m := range []string{strings.ReplaceAll(kcmManifest, "- kube-controller-manager\n", "- /usr/local/bin/kcm\n"),
+		strings.ReplaceAll(kcmManifest, "name: kube-controller-manager\n  hostNetwork", "name: other\n  hostNetwork"), "not: [a pod"} {
+		if out, err := withSigningDuration([]byte(m), 3*time.Minute); err == nil {
+			t.Errorf("edited a manifest it cannot edit:\n%s", out)
 		}
 	}
 }
 
-func TestSigningScriptFailsOnAManifestItCannotEdit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kube-controller-manager.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(kcmManifest, "- kube-controller-manager\n", "- /usr/local/bin/kcm\n")), 0o600); err != nil {
+func TestReplaceScript(t *testing.T) {
+	dir := t.TempDir()
+	manifests := filepath.Join(dir, "manifests")
+	if err := os.Mkdir(manifests, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := sh(t, nil, signingScript, "3m0s", path); err == nil {
-		t.Fatal("the script reported success without setting the duration")
+	path := filepath.Join(manifests, "kube-controller-manager.yaml")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sh(t, []byte("new"), replaceScript, path, dir); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(manifests); len(left) != 1 {
+		t.Errorf("the static pod folder holds %d files, want only the manifest", len(left))
+	}
+	fi, err := os.Stat(path)
+	if data, _ := os.ReadFile(path); err != nil || string(data) != "new" || fi.Mode().Perm() != 0o600 {
+		t.Errorf("after replace: %q, %v, %v", data, fi.Mode(), err)
 	}
 }
 
