@@ -557,3 +557,20 @@ func TestNodeChangeReevaluatesItsUnlabelledCSRs(t *testing.T) {
 	e.ctrl.EnqueueNode("w1")
 	e.waitFor("csr-new-ip", "approved once w1 reports the address", approved)
 }
+
+// Two requests of one node in the same second (a harness, or a kubelet
+// restarted at once): the one decided first must not block the other by
+// an arbitrary tie-break on names.
+func TestADecidedRequestInTheSameSecondSupersedesNothing(t *testing.T) {
+	first := csr(t, "csr-z-first", "w1", "192.0.2.11", signer)
+	first.UID = "z"
+	e := start(t, controller.Config{}, true, first)
+	e.waitFor("csr-z-first", "approved", approved)
+	second := csr(t, "csr-a-second", "w1", "192.0.2.11", signer)
+	second.UID = "a"
+	second.CreationTimestamp = first.CreationTimestamp
+	if _, err := e.cs.CertificatesV1().CertificateSigningRequests().Create(context.Background(), second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("csr-a-second", "approved although the other request of its second is decided", approved)
+}

@@ -76,9 +76,10 @@ func (p *pendingSet) nodes() int {
 	return len(p.byNode)
 }
 
-// newer returns the name of a CSR of csr's node that is newer than csr
-// (created later, or at the same second with a greater name): a pending
-// one, or the node's newest in any state, or "". A node holds a handful
+// newer returns the name of a CSR of csr's node that is newer than csr:
+// a pending one (created later, or in the same second with a greater
+// name), or the node's newest in any state (created in a later second),
+// or "". A node holds a handful
 // of pending CSRs at most: the kubelet re-requests about every 15 minutes
 // and the CSRs are cleaned up after a day.
 func (p *pendingSet) newer(csr *certv1.CertificateSigningRequest) string {
@@ -95,7 +96,10 @@ func (p *pendingSet) newer(csr *certv1.CertificateSigningRequest) string {
 			newest = c
 		}
 	}
-	if l, ok := p.latest[node]; ok && l.uid != csr.UID && l.after(newest) {
+	// A decided CSR supersedes only when strictly newer: creation times
+	// have one-second resolution, and a same-second tie broken by name
+	// would let an already decided request block a node's next one.
+	if l, ok := p.latest[node]; ok && l.uid != csr.UID && l.created.After(newest.created) {
 		newest = l
 	}
 	if newest.uid == csr.UID {
