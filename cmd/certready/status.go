@@ -11,9 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/internal/names"
@@ -51,15 +48,9 @@ func runStatus(ctx context.Context, args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	var nodes []corev1.Node
-	err = pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return client.CoreV1().Nodes().List(ctx, o)
-	}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-		nodes = append(nodes, *obj.(*corev1.Node))
-		return nil
-	})
+	nodes, err := listNodes(ctx, client)
 	if err != nil {
-		return fail(fmt.Errorf("listing nodes: %w", err))
+		return fail(err)
 	}
 	now := time.Now()
 	rows := fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, staleAfter, now)
