@@ -146,8 +146,8 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		return nil, err
 	}
 	// Synced once the handler has seen every CSR of the initial list, not
-	// merely once the cache holds them: the pending set must know a node's
-	// newer request before its older one is decided.
+	// merely once the cache holds them: the flood guard's pending set must
+	// count every node that waits before anything is decided.
 	c.synced = handler.HasSynced
 	return c, nil
 }
@@ -283,7 +283,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	// Only a node's newest request is a candidate: the kubelet waits for
 	// that one alone, and a node's pile of requests cannot crowd out others.
-	if newer := c.pending.newer(csr); newer != "" {
+	if newer := c.newer(csr); newer != "" {
 		c.metrics.decisions.WithLabelValues("superseded", string(policy.RuleSuperseded)).Inc()
 		c.warnOnce(csr, policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
 		return relabel()
