@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -911,30 +912,38 @@ func TestSpoofedNodeLabelsAreCorrected(t *testing.T) {
 	}
 }
 
+// runCertready runs the certready binary built for this host (the
+// operator's tools: preflight, status) and returns its standard output and
+// exit code; a run that could not start or exit fails the test.
+func runCertready(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	bin := os.Getenv("CERTREADY_BIN")
+	if bin == "" {
+		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	}
+	t.Fatalf("certready %s: %v\n%s%s", args[0], err, out, stderr.String())
+	return "", -1
+}
+
 // The safe rollout's preflight, as an operator runs it with a kubeconfig:
 // a node no agent reports on (here a Node object without a kubelet, as a
 // Windows node or one with another kubelet directory looks) would stay
 // tainted by a new NodeReadinessRule; labelling it out clears the way.
 func TestPreflightListsNodesARuleWouldKeepTainted(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
-	bin := os.Getenv("CERTREADY_BIN")
-	if bin == "" {
-		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
-	}
 	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
-	preflight := func() (string, int) {
-		cmd := exec.CommandContext(ctx, bin, "preflight", "--kubeconfig="+kubeconfig)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			return string(out), 0
-		case errors.As(err, &exit):
-			return string(out), exit.ExitCode()
-		}
-		t.Fatalf("certready preflight: %v\n%s", err, out)
-		return "", -1
-	}
+	preflight := func() (string, int) { return runCertready(t, ctx, "preflight", "--kubeconfig="+kubeconfig) }
 	for _, w := range cluster.Workers() {
 		waitCondition(t, ctx, w.Name, 2*time.Minute, "ready", hasReason("KubeletServingCertReady", corev1.ConditionFalse))
 	}
@@ -1000,10 +1009,6 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 // a node no agent reports on is listed by --problems, exit 1.
 func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
-	bin := os.Getenv("CERTREADY_BIN")
-	if bin == "" {
-		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
-	}
 	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
 	type row struct {
 		Node      string     `json:"node"`
@@ -1015,19 +1020,12 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 		Problem   string     `json:"problem"`
 	}
 	status := func(args ...string) ([]row, int, string) {
-		out, err := exec.CommandContext(ctx, bin, append([]string{"status", "--kubeconfig=" + kubeconfig, "-o", "json"}, args...)...).Output()
-		code := 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatalf("certready status: %v", err)
-		}
+		out, code := runCertready(t, ctx, append([]string{"status", "--kubeconfig=" + kubeconfig, "-o", "json"}, args...)...)
 		var doc struct{ Nodes []row }
-		if err := json.Unmarshal(out, &doc); err != nil {
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("certready status -o json: %v\n%s", err, out)
 		}
-		return doc.Nodes, code, string(out)
+		return doc.Nodes, code, out
 	}
 	var rows []row
 	err := localcluster.Poll(ctx, 2*time.Minute, "certready status to report every node ready", func() (bool, error) {
