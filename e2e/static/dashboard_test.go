@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +76,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	raw, ok := cm.Data["certready.json"]
 	if !ok {
-		t.Fatalf("data keys %v: want certready.json", keys(cm.Data))
+		t.Fatalf("data keys %v: want certready.json", slices.Sorted(maps.Keys(cm.Data)))
 	}
 	dec := json.NewDecoder(strings.NewReader(raw))
 	var d dashboard
@@ -153,15 +153,6 @@ func buildMonitoring(t *testing.T) resmap.ResMap {
 		t.Fatal(err)
 	}
 	return build(t, filepath.Base(filepath.Dir(dir))+"/"+filepath.Base(dir))
-}
-
-func keys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // liveMetricNames runs an agent (its node's certificate not installed yet)
@@ -241,12 +232,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 		return served["certready_condition_transitions_total"] && served["certready_approver_decisions_total"], nil
 	})
 	if err != nil {
-		all := make([]string, 0, len(served))
-		for k := range served {
-			all = append(all, k)
-		}
-		slices.Sort(all)
-		t.Fatalf("%v: the agent and approver serve only %v", err, all)
+		t.Fatalf("%v: the agent and approver serve only %v", err, slices.Sorted(maps.Keys(served)))
 	}
 	return served
 }
