@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
@@ -111,11 +110,7 @@ func runApprover(ctx context.Context, args []string) int {
 	}
 	o.Identity += "_" + hex.EncodeToString(suffix)
 
-	cfg, err := kf.config("certready-approver/" + version)
-	if err != nil {
-		return fail(err)
-	}
-	client, err := kubernetes.NewForConfig(protobuf(cfg))
+	client, err := kf.protobufClient("certready-approver/" + version)
 	if err != nil {
 		return fail(err)
 	}
@@ -125,10 +120,7 @@ func runApprover(ctx context.Context, args []string) int {
 	// CSR's own condition carries anyway.
 	events := kf
 	events.qps, events.burst = 100, 200
-	if cfg, err = events.config("certready-approver/" + version); err != nil {
-		return fail(err)
-	}
-	if o.EventClient, err = kubernetes.NewForConfig(protobuf(cfg)); err != nil {
+	if o.EventClient, err = events.protobufClient("certready-approver/" + version); err != nil {
 		return fail(err)
 	}
 	reg := prometheus.NewRegistry()

@@ -117,6 +117,15 @@ func (k *kubeFlags) client(userAgent string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// protobufClient is client, talking protobuf (the approver's clients).
+func (k *kubeFlags) protobufClient(userAgent string) (kubernetes.Interface, error) {
+	cfg, err := k.config(userAgent)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(protobuf(cfg))
+}
+
 // protobuf makes cfg talk protobuf, as Kubernetes' own controllers do: far
 // cheaper than JSON to encode and decode, for the API server (which then
 // serves the same cached encoding of each watch event to them and to us)
