@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"k8s.io/client-go/kubernetes"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
@@ -31,6 +32,10 @@ func runCheck(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "Timeout of the TLS handshake.")
 	fs.DurationVar(&o.CSRRetention, "csr-retention", time.Hour, "How long issued CSRs are kept; an older certificate needs no CSR.")
 	fs.BoolVar(&useAPI, "use-api", false, "Also read the Node and the CSRs from the API (kubeconfig or in-cluster credentials).")
+	var handOver bool
+	fs.BoolVar(&handOver, "npd-hand-over", true, "With --use-api: report a verified certificate as Unknown until the node-problem-detector\n"+
+		"process running this check (the parent process) has published the condition since it started, so\n"+
+		"that its next OK is published as False (NPD starts believing False and publishes only changes).")
 	kf.add(fs, 5, 10)
 	if code := parseOrExit(fs, args); code >= 0 {
 		if code == 2 {
@@ -55,10 +60,37 @@ func runCheck(ctx context.Context, args []string) int {
 			fmt.Println(npdcheck.Line("CheckFailed: " + err.Error()))
 			return int(cpmtypes.Unknown)
 		}
+		if handOver {
+			if o.PublisherStart, err = parentStart(); err != nil {
+				fmt.Println(npdcheck.Line("CheckFailed: start of node-problem-detector (parent): " + err.Error()))
+				return int(cpmtypes.Unknown)
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*o.Timeout+10*time.Second)
 	defer cancel()
 	status, line := npdcheck.Run(ctx, o)
 	fmt.Println(line)
 	return int(status)
+}
+
+// parentStart is when the parent process (node-problem-detector) started.
+func parentStart() (time.Time, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return time.Time{}, err
+	}
+	p, err := fs.Proc(os.Getppid())
+	if err != nil {
+		return time.Time{}, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return time.Time{}, err
+	}
+	secs, err := st.StartTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(secs*float64(time.Second))), nil
 }

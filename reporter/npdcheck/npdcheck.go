@@ -3,6 +3,16 @@
 // plugin protocol's exit status (OK: certificate ready; NonOK: not ready;
 // Unknown: could not check). With API credentials it also checks the CSR;
 // without, it says so in its output.
+//
+// node-problem-detector starts believing every condition False and, with
+// skip_initial_status (which keeps it from publishing that unchecked False),
+// publishes only changes: a node whose certificate was already good when NPD
+// started would never be published False, and a stale True would stay. So,
+// given the start time of the NPD process (Options.PublisherStart), a good
+// certificate is reported Unknown until the Node shows a condition that this
+// NPD process wrote (transition at or after its start); the next check then
+// turns that into False. One extra interval after each NPD start, and never
+// False without a full check.
 package npdcheck
 
 import (
@@ -18,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/observe"
 	"github.com/certready/certready/reporter/verdict"
 )
@@ -38,16 +49,30 @@ type Options struct {
 	// Client is optional: with it the Node and the CSRs are read too.
 	Client kubernetes.Interface
 	Now    time.Time
+	// PublisherStart is when the node-problem-detector process that runs
+	// this check started (zero: no hand-over, see the package comment).
+	// Needs Client.
+	PublisherStart time.Time
+	// ConditionType is the condition NPD publishes from this check
+	// (default names.ConditionType).
+	ConditionType corev1.NodeConditionType
 }
+
+// PublishPending starts the line of a verified certificate that is held
+// back as Unknown until node-problem-detector has published once.
+const PublishPending = "PublishPending"
 
 // Run performs the check and returns the plugin status and output line.
 func Run(ctx context.Context, o Options) (cpmtypes.Status, string) {
-	v, err := evaluate(ctx, o)
+	v, node, err := evaluate(ctx, o)
 	if err != nil {
 		return cpmtypes.Unknown, Line("CheckFailed: " + err.Error())
 	}
 	switch v.Status {
 	case corev1.ConditionFalse:
+		if o.heldBack(node) {
+			return cpmtypes.Unknown, Line(PublishPending + ": certificate verified; False follows on the next check")
+		}
 		return cpmtypes.OK, Line(string(v.Reason) + ": " + v.Message)
 	case corev1.ConditionTrue:
 		return cpmtypes.NonOK, Line(string(v.Reason) + ": " + v.Message)
@@ -55,9 +80,30 @@ func Run(ctx context.Context, o Options) (cpmtypes.Status, string) {
 	return cpmtypes.Unknown, Line(string(v.Reason) + ": " + v.Message)
 }
 
-func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
+// heldBack says whether a verified certificate must be reported Unknown:
+// the NPD process that runs this check has not yet published the condition
+// (none on the Node, or one from before it started), so it still believes
+// False and an OK would change nothing it publishes. The Node's transition
+// times have whole seconds, hence the truncation.
+func (o Options) heldBack(node *corev1.Node) bool {
+	if o.PublisherStart.IsZero() || node == nil {
+		return false
+	}
+	t := o.ConditionType
+	if t == "" {
+		t = names.ConditionType
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == t {
+			return c.LastTransitionTime.Time.Before(o.PublisherStart.Truncate(time.Second))
+		}
+	}
+	return true
+}
+
+func evaluate(ctx context.Context, o Options) (verdict.Verdict, *corev1.Node, error) {
 	if o.NodeName == "" {
-		return verdict.Verdict{}, fmt.Errorf("--node-name is empty")
+		return verdict.Verdict{}, nil, fmt.Errorf("--node-name is empty")
 	}
 	if o.Now.IsZero() {
 		o.Now = time.Now()
@@ -71,7 +117,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 	if o.Client != nil {
 		var err error
 		if node, err = o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err != nil {
-			return verdict.Verdict{}, fmt.Errorf("reading node %s: %w", o.NodeName, err)
+			return verdict.Verdict{}, nil, fmt.Errorf("reading node %s: %w", o.NodeName, err)
 		}
 		info := observe.NodeInfo(node, nil)
 		if len(in.Node.InternalIPs) == 0 {
@@ -81,7 +127,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 		check.CSRs = observe.APICSRs{Client: o.Client, Node: o.NodeName}
 	}
 	if len(in.Node.InternalIPs) == 0 {
-		return verdict.Verdict{}, fmt.Errorf("no node IP: pass --node-ip or API credentials")
+		return verdict.Verdict{}, nil, fmt.Errorf("no node IP: pass --node-ip or API credentials")
 	}
 	if in.Node.Dial == "" {
 		// Without the Node object: the API server dials the InternalIP first
@@ -90,9 +136,9 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, error) {
 	}
 	in = check.Run(ctx, in, node)
 	if err := ctx.Err(); err != nil {
-		return verdict.Verdict{}, err
+		return verdict.Verdict{}, nil, err
 	}
-	return verdict.Evaluate(in), nil
+	return verdict.Evaluate(in), node, nil
 }
 
 // Line makes s one line of at most MaxOutput bytes, cut on a rune boundary.

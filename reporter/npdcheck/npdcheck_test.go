@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,6 +71,14 @@ func TestRun(t *testing.T) {
 	pendingCSR := issuedCSR.DeepCopy()
 	pendingCSR.Status = certv1.CertificateSigningRequestStatus{}
 	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	// node-problem-detector started a minute ago; the node as it left the
+	// condition: transition before or after that start.
+	npdStart := time.Now().Add(-time.Minute)
+	withCondition := func(status corev1.ConditionStatus, transition time.Time) *corev1.Node {
+		n := node.DeepCopy()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: names.ConditionType, Status: status, LastTransitionTime: metav1.NewTime(transition.Truncate(time.Second))}}
+		return n
+	}
 
 	cases := []struct {
 		name     string
@@ -84,6 +93,13 @@ func TestRun(t *testing.T) {
 		{name: "kubelet serves another certificate", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(young), KubeletPort: stalePort}, want: cpmtypes.NonOK, wantLine: "EndpointCertificateMismatch"},
 		{name: "bad CA file: unknown", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(young), KubeletPort: port, CAFile: "/nonexistent/ca.crt"}, want: cpmtypes.Unknown, wantLine: "CAUnavailable"},
 		{name: "no node IP and no API: unknown", opts: npdcheck.Options{PKIDir: pki(young)}, want: cpmtypes.Unknown, wantLine: "CheckFailed: no node IP"},
+		{name: "hand-over: verified, nothing published yet: held back as Unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, False left by an earlier NPD: held back (its heartbeat is stale)", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(-time.Hour)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, True left by an earlier NPD: held back", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart.Add(-time.Hour)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, this NPD published Unknown: OK turns it False", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionUnknown, npdStart.Add(time.Second)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: verified, this NPD published True in the second it started: OK", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: verified, this NPD published False: stays OK", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(30*time.Second)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: a problem is never held back", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, pendingCSR), PublisherStart: npdStart}, want: cpmtypes.NonOK, wantLine: "CSRPending"},
 		{name: "node missing from the API: unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset()}, want: cpmtypes.Unknown, wantLine: "CheckFailed: reading node w1"},
 	}
 	for _, tc := range cases {
@@ -121,7 +137,7 @@ func TestLine(t *testing.T) {
 // The shipped plugin configuration must be one node-problem-detector accepts,
 // and must not publish a start-up status before the first real check.
 func TestShippedPluginConfig(t *testing.T) {
-	data, err := os.ReadFile("../../manifests/npd/certready-plugin-monitor.json")
+	data, err := os.ReadFile("../../manifests/components/npd/certready-plugin-monitor.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +169,14 @@ func TestShippedPluginConfig(t *testing.T) {
 	}
 	if len(cfg.Rules) != 1 || cfg.Rules[0].Condition != "KubeletServingCertNotReady" || cfg.Rules[0].Args[0] != "check" {
 		t.Errorf("rule %+v", cfg.Rules[0])
+	}
+	// NPD shows the default condition's reason and message when the check
+	// passes: they must say what the agent says then.
+	if len(cfg.DefaultConditions) != 1 || cfg.DefaultConditions[0].Reason != "KubeletServingCertReady" {
+		t.Errorf("default condition %+v: its reason is what a ready node shows; want KubeletServingCertReady", cfg.DefaultConditions)
+	}
+	// Without the API the check cannot hand over to NPD (package comment).
+	if !slices.Contains(cfg.Rules[0].Args, "--use-api") || slices.ContainsFunc(cfg.Rules[0].Args, func(a string) bool { return strings.HasPrefix(a, "--npd-hand-over") }) {
+		t.Errorf("rule args %q: want --use-api, and the hand-over left on", cfg.Rules[0].Args)
 	}
 }
