@@ -4,6 +4,7 @@
 //	certready agent     per-node DaemonSet: publishes KubeletServingCertNotReady
 //	certready approver  leader-elected approver of kubelet-serving CSRs
 //	certready check     the agent's checks once, as a node-problem-detector plugin
+//	certready copy-binary  copy this binary into a volume (node-problem-detector's init container)
 //	certready preflight which nodes a NodeReadinessRule would keep tainted (read-only)
 //	certready status    the fleet view: every node's condition, certificate and taint (read-only)
 //	certready version   build information
@@ -40,6 +41,7 @@ func commands() []command {
 		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
 		{"approver", "Run the kubelet-serving CSR approver (Deployment, leader-elected): approve only CSRs that prove their node's identity.", runApprover},
 		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
+		{"copy-binary", "Copy this static binary to --to (an init container's way of giving node-problem-detector the check plugin).", runCopyBinary},
 		{"preflight", "Before installing the NodeReadinessRule: list the nodes it would taint and keep tainted, and why (read-only).", runPreflight},
 		{"status", "Which nodes are not ready and why: one line per node with its condition, certificate expiry, CSR and taint (read-only).", runStatus},
 		{"version", "Print version information.", func(context.Context, []string) int {
@@ -52,7 +54,7 @@ func commands() []command {
 func usage() {
 	fmt.Fprintf(os.Stderr, "certready keeps nodes from taking workloads until their kubelet can really serve TLS.\n\nUsage: certready <command> [flags]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(os.Stderr, "\nRun 'certready <command> --help' for a command's flags.\n")
 }
