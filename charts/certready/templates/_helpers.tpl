@@ -1,0 +1,55 @@
+{{/* Object names: <fullname>-<part>. */}}
+{{- define "certready.fullname" -}}
+{{- required "fullnameOverride must not be empty" .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "certready.namespace" -}}
+{{- default .Release.Namespace .Values.namespace.name -}}
+{{- end -}}
+
+{{- define "certready.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $ref := printf "%s:%s" .Values.image.repository $tag -}}
+{{- if .Values.image.digest -}}
+{{- if not (hasPrefix "sha256:" .Values.image.digest) -}}
+{{- fail (printf "image.digest %q: want sha256:<64 hex digits>" .Values.image.digest) -}}
+{{- end -}}
+{{- $ref = printf "%s@%s" $ref .Values.image.digest -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* Labels every object carries: kustomize's part-of, and Helm's own. */}}
+{{- define "certready.commonLabels" -}}
+app.kubernetes.io/part-of: certready
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ default .Chart.AppVersion .Values.image.tag | trunc 63 | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of a component: (list $ "agent"). */}}
+{{- define "certready.selectorLabels" -}}
+app.kubernetes.io/name: certready
+{{- with index . 1 }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* All labels of a component's objects: (list $ "agent"), or (list $ "") for none. */}}
+{{- define "certready.labels" -}}
+{{ include "certready.selectorLabels" . }}
+{{ include "certready.commonLabels" (index . 0) }}
+{{- end -}}
+
+{{- define "certready.agentServiceAccount" -}}
+{{- include "certready.fullname" . }}-agent
+{{- end -}}
+
+{{- define "certready.approverServiceAccount" -}}
+{{- include "certready.fullname" . }}-approver
+{{- end -}}
+
+{{/* The startup taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
+{{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
+{{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}

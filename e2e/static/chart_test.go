@@ -1,0 +1,477 @@
+package static
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../../charts/certready"
+
+// helmOnlyLabels are the labels Helm charts carry and kustomize builds do
+// not; everything else must be the same.
+var helmOnlyLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+// clusterScoped kinds: kustomize's namespace transformer stamps a namespace
+// on kinds it does not know (the admission policies), which the API server
+// ignores; the comparison ignores it too.
+var clusterScoped = map[string]bool{
+	"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "FlowSchema": true, "NodeReadinessRule": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+}
+
+// render renders the chart as `helm template certready charts/certready
+// -n default --set ...` does, through the Helm SDK.
+func render(t *testing.T, values map[string]any) ([]map[string]any, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = "certready", "default"
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	rel, err := install.Run(ch, values)
+	if err != nil {
+		return nil, err
+	}
+	return splitYAML(t, rel.Manifest), nil
+}
+
+func mustRender(t *testing.T, values map[string]any) []map[string]any {
+	t.Helper()
+	objs, err := render(t, values)
+	if err != nil {
+		t.Fatalf("helm template with %v: %v", values, err)
+	}
+	return objs
+}
+
+func splitYAML(t *testing.T, manifest string) []map[string]any {
+	t.Helper()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
+	var out []map[string]any
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
+		}
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+}
+
+// kustomizeMaps builds a kustomization written into a temporary overlay
+// folder (beside the shipped ones, so ../../ paths work) after setup has
+// put what else it needs there.
+func kustomizeMaps(t *testing.T, kustomization string, setup func(dir string)) []map[string]any {
+	t.Helper()
+	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".chart-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if setup != nil {
+		setup(dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build of\n%s: %v", kustomization, err)
+	}
+	out, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return splitYAML(t, string(out))
+}
+
+// byKey indexes objects by kind/namespace/name, minus what the comparison
+// ignores (Helm's labels, namespaces on cluster-scoped kinds), after a JSON
+// round trip so that numbers compare alike.
+func byKey(t *testing.T, objs []map[string]any) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		data, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		kind, _ := m["kind"].(string)
+		meta, _ := m["metadata"].(map[string]any)
+		if clusterScoped[kind] {
+			delete(meta, "namespace")
+		}
+		if labels, ok := meta["labels"].(map[string]any); ok {
+			for _, l := range helmOnlyLabels {
+				delete(labels, l)
+			}
+		}
+		ns, _ := meta["namespace"].(string)
+		name, _ := meta["name"].(string)
+		key := kind + " " + ns + "/" + name
+		if _, dup := out[key]; dup {
+			t.Errorf("%s twice", key)
+		}
+		out[key] = m
+	}
+	return out
+}
+
+// npdDeployment copies node-problem-detector's own deployment folder (from
+// the module the plugin protocol comes from) into dir/npd: the NPD
+// component patches that DaemonSet.
+func npdDeployment(t *testing.T) func(dir string) {
+	return func(dir string) {
+		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/node-problem-detector")
+		cmd.Dir = "../.." // the root module requires it
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -m k8s.io/node-problem-detector: %v", err)
+		}
+		src := filepath.Join(strings.TrimSpace(string(out)), "deployment")
+		if err := os.CopyFS(filepath.Join(dir, "npd"), os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// npdOwn are node-problem-detector's own objects, in the kustomize build but
+// not the chart's (the chart cannot change NPD's DaemonSet: README).
+var npdOwn = []string{
+	"DaemonSet kube-system/node-problem-detector", "ServiceAccount kube-system/node-problem-detector",
+	"ConfigMap kube-system/node-problem-detector-config", "ClusterRoleBinding /npd-binding",
+}
+
+// TestChartEqualsKustomize proves that the chart renders, object for object,
+// what kustomize builds from the same choices: a change to one that the
+// other lacks fails here.
+func TestChartEqualsKustomize(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		values        map[string]any
+		kustomization string
+		setup         func(dir string)
+		ignore        []string
+	}{
+		{name: "defaults are the standalone overlay", kustomization: "resources:\n- ../standalone\n"},
+		{name: "taint.mode=nrc is the nrc overlay", values: map[string]any{"taint": map[string]any{"mode": "nrc"}},
+			kustomization: "resources:\n- ../nrc\n"},
+		{name: "monitoring is the monitoring component", values: map[string]any{"monitoring": map[string]any{
+			"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}}},
+			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/monitoring\n"},
+		{name: "approver.pool is the approver-pool component", values: map[string]any{"approver": map[string]any{"pool": map[string]any{"enabled": true}}},
+			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/approver-pool\n"},
+		{name: "namespace.name is kustomize's namespace:", values: map[string]any{"namespace": map[string]any{"name": "platform-certs"}},
+			kustomization: "namespace: platform-certs\nresources:\n- ../standalone\n"},
+		{name: "npd is the npd component", values: map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}},
+			kustomization: "resources:\n- ../standalone\n- npd\ncomponents:\n- ../../components/npd\n", setup: npdDeployment(t), ignore: npdOwn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chart := byKey(t, mustRender(t, tc.values))
+			kust := byKey(t, kustomizeMaps(t, tc.kustomization, tc.setup))
+			for _, k := range tc.ignore {
+				if _, ok := kust[k]; !ok {
+					t.Errorf("%s is not in the kustomize build", k)
+				}
+				delete(kust, k)
+			}
+			for k, want := range kust {
+				got, ok := chart[k]
+				if !ok {
+					t.Errorf("%s: built by kustomize, not rendered by the chart", k)
+					continue
+				}
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("%s differs (-kustomize +chart):\n%s", k, d)
+				}
+			}
+			for k := range chart {
+				if _, ok := kust[k]; !ok {
+					t.Errorf("%s: rendered by the chart, not built by kustomize", k)
+				}
+			}
+			if len(chart) < 10 {
+				t.Errorf("only %d objects", len(chart))
+			}
+		})
+	}
+}
+
+// everyValue sets every value the chart has away from its default.
+var everyValue = map[string]any{
+	"fullnameOverride": "acme-certready",
+	"namespace":        map[string]any{"name": "platform-certs", "create": false},
+	"image":            map[string]any{"repository": "registry.example/certready", "tag": "v9.9.9", "digest": "sha256:" + strings.Repeat("ab", 32), "pullPolicy": "Always"},
+	"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+	"conditionType":    "ServingCertNotProven",
+	"agent": map[string]any{
+		"priorityClassName": "node-critical-custom", "nodeSelector": map[string]any{"pool": "linux-workers"},
+		"tolerations":    []any{map[string]any{"key": "dedicated", "operator": "Exists"}},
+		"affinity":       map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}}}}}}},
+		"maxUnavailable": 3, "resources": map[string]any{"limits": map[string]any{"memory": "200Mi"}},
+		"kubeletPKIDir": "/srv/kubelet/pki", "kubeletPreferredAddressTypes": []any{"InternalIP", "ExternalIP"}, "extraArgs": []any{"--heartbeat=2m"},
+	},
+	"approver": map[string]any{
+		"replicas": 3, "priorityClassName": "", "nodeSelector": map[string]any{"pool": "system"},
+		"tolerations": []any{}, "affinity": map[string]any{}, "pool": map[string]any{"enabled": true},
+		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "approver"}}}},
+		"resources":           map[string]any{"limits": map[string]any{"memory": "1Gi"}},
+		"podDisruptionBudget": map[string]any{"enabled": false},
+		"flowSchema":          map[string]any{"enabled": true, "priorityLevel": "global-default", "matchingPrecedence": 1000},
+		"inventory":           "configmap:platform-certs/nodes",
+		"policy": map[string]any{"allowedCIDRs": []any{"10.0.0.0/8", "fd00::/8"}, "denyCIDRs": []any{"10.9.0.0/16"}, "apiserverIPs": []any{"10.0.0.1"},
+			"apiserverNames": []any{"api.example"}, "allowSharedAddresses": true, "maxExpiration": "720h", "maxPending": 7, "denyOnMismatch": true},
+		"extraArgs": []any{"--workers=8"},
+	},
+	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
+	"confinement":       map[string]any{"enabled": false},
+	"criticalPodsQuota": map[string]any{"enabled": false},
+	"monitoring":        map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "serviceMonitor": map[string]any{"enabled": true, "interval": "1m"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}},
+	"npd":               map[string]any{"enabled": false},
+}
+
+func decodeStrict(t *testing.T, objs []map[string]any) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for _, m := range objs {
+		kind, _ := m["kind"].(string)
+		if crdKinds[kind] {
+			continue
+		}
+		data, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := strict.Decode(data, nil, nil)
+		if err != nil {
+			t.Errorf("%s does not decode strictly: %v", kind, err)
+			continue
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+func TestChartDecodesStrictly(t *testing.T) {
+	for name, values := range map[string]map[string]any{"defaults": nil, "every value changed": everyValue} {
+		t.Run(name, func(t *testing.T) {
+			objs := mustRender(t, values)
+			if got := decodeStrict(t, objs); len(got) < 10 {
+				t.Errorf("only %d objects decoded", len(got))
+			}
+		})
+	}
+}
+
+// TestChartHonoursEveryValue renders with every value changed and checks
+// that each one arrives where it acts.
+func TestChartHonoursEveryValue(t *testing.T) {
+	raw := mustRender(t, everyValue)
+	objs := decodeStrict(t, raw)
+	kinds := map[string][]map[string]any{}
+	for _, m := range raw {
+		kinds[m["kind"].(string)] = append(kinds[m["kind"].(string)], m)
+	}
+	ds := find[*appsv1.DaemonSet](objs)
+	dep := find[*appsv1.Deployment](objs)
+	if len(ds) != 1 || len(dep) != 1 {
+		t.Fatalf("%d DaemonSets, %d Deployments", len(ds), len(dep))
+	}
+	agent, approver := ds[0], dep[0]
+	a, p := agent.Spec.Template.Spec, approver.Spec.Template.Spec
+	const image = "registry.example/certready:v9.9.9@sha256:abababababababababababababababababababababababababababababababab"
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"names carry fullnameOverride", agent.Name == "acme-certready-agent" && approver.Name == "acme-certready-approver"},
+		{"namespace.name", agent.Namespace == "platform-certs" && approver.Namespace == "platform-certs"},
+		{"namespace.create=false renders no Namespace", len(kinds["Namespace"]) == 0},
+		{"image with digest", a.Containers[0].Image == image && p.Containers[0].Image == image},
+		{"image.pullPolicy", a.Containers[0].ImagePullPolicy == corev1.PullAlways},
+		{"agent.priorityClassName", a.PriorityClassName == "node-critical-custom"},
+		{"approver.priorityClassName empty: none", p.PriorityClassName == ""},
+		{"agent.nodeSelector (merged with the default, as Helm merges maps)", a.NodeSelector["pool"] == "linux-workers"},
+		{"approver.nodeSelector", p.NodeSelector["pool"] == "system"},
+		{"agent.tolerations", len(a.Tolerations) == 1 && a.Tolerations[0].Key == "dedicated"},
+		{"approver.tolerations empty: none", len(p.Tolerations) == 0},
+		{"agent.affinity", a.Affinity != nil && a.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "kubernetes.io/arch"},
+		{"approver.pool: the trusted pool required", p.Affinity != nil && p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "node-restriction.kubernetes.io/certready-approver-pool"},
+		{"approver.topologySpreadConstraints", len(p.TopologySpreadConstraints) == 1 && p.TopologySpreadConstraints[0].TopologyKey == "topology.kubernetes.io/zone"},
+		{"approver.replicas", *approver.Spec.Replicas == 3},
+		{"agent.maxUnavailable", agent.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntValue() == 3},
+		{"agent.resources", a.Containers[0].Resources.Limits.Memory().String() == "200Mi"},
+		{"approver.resources", p.Containers[0].Resources.Limits.Memory().String() == "1Gi"},
+		{"agent.kubeletPKIDir mounted at its own path", a.Volumes[0].HostPath.Path == "/srv/kubelet/pki" && a.Containers[0].VolumeMounts[0].MountPath == "/srv/kubelet/pki"},
+		{"imagePullSecrets on both ServiceAccounts", countPullSecrets(find[*corev1.ServiceAccount](objs)) == 2},
+		{"no PodDisruptionBudget", len(kinds["PodDisruptionBudget"]) == 0},
+		{"FlowSchema priority level", len(kinds["FlowSchema"]) == 1 && strings.Contains(mustJSON(kinds["FlowSchema"][0]), `"global-default"`)},
+		{"confinement.enabled=false: no policies", len(kinds["ValidatingAdmissionPolicy"]) == 0 && len(kinds["ValidatingAdmissionPolicyBinding"]) == 0},
+		{"criticalPodsQuota.enabled=false", len(kinds["ResourceQuota"]) == 0},
+		{"taint.mode=nrc: one rule (no placement rule), dry run, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
+			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"dryRun":true`) && strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"pool":"linux-workers"`) &&
+			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"type":"ServingCertNotProven"`)},
+		{"taint.mode=nrc: no taint fallback and its RBAC", !slices.ContainsFunc(p.Containers[0].Args, func(s string) bool { return strings.HasPrefix(s, "--remove-startup-taint") }) &&
+			!slices.ContainsFunc(find[*rbacv1.ClusterRole](objs), func(r *rbacv1.ClusterRole) bool { return strings.HasSuffix(r.Name, "taint-fallback") })},
+		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
+		{"ServiceMonitor interval and namespace", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) && strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"matchNames":["platform-certs"]`)},
+		{"conditionType on the agent's ServiceAccount (the policies' parameter)", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not as set", c.what)
+		}
+	}
+	for _, want := range []string{"--kubelet-pki-dir=/srv/kubelet/pki", "--kubelet-preferred-address-types=InternalIP,ExternalIP", "--condition-type=ServingCertNotProven", "--heartbeat=2m"} {
+		if !slices.Contains(a.Containers[0].Args, want) {
+			t.Errorf("agent args %q lack %s", a.Containers[0].Args, want)
+		}
+	}
+	for _, want := range []string{"--inventory=configmap:platform-certs/nodes", "--allowed-cidrs=10.0.0.0/8,fd00::/8", "--deny-cidrs=10.9.0.0/16", "--apiserver-ips=10.0.0.1",
+		"--apiserver-names=api.example", "--allow-shared-addresses", "--max-expiration=720h", "--max-pending=7", "--deny-on-mismatch", "--condition-type=ServingCertNotProven", "--workers=8"} {
+		if !slices.Contains(p.Containers[0].Args, want) {
+			t.Errorf("approver args %q lack %s", p.Containers[0].Args, want)
+		}
+	}
+	// Every flag the chart passes must be one the binary knows.
+	bin := buildCertready(t)
+	for role, args := range map[string][]string{"agent": a.Containers[0].Args, "approver": p.Containers[0].Args} {
+		help, _ := exec.Command(bin, role, "--help").CombinedOutput()
+		for _, arg := range args[1:] {
+			flag, _, _ := strings.Cut(arg, "=")
+			if !bytes.Contains(help, []byte(flag+" ")) {
+				t.Errorf("%s: the chart passes %s, which `certready %s --help` does not list", role, flag, role)
+			}
+		}
+	}
+}
+
+func TestChartRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"unknown taint mode", map[string]any{"taint": map[string]any{"mode": "auto"}}, "at '/taint/mode': value must be one of 'standalone', 'nrc', 'none'"},
+		{"digest without its algorithm", map[string]any{"image": map[string]any{"digest": "abc123"}}, `image.digest "abc123"`},
+		{"npd and the agent both writing the condition", map[string]any{"npd": map[string]any{"enabled": true}}, "set agent.enabled=false"},
+		{"a value the chart does not have", map[string]any{"approvr": map[string]any{"replicas": 1}}, "approvr"},
+		{"a mistyped value", map[string]any{"approver": map[string]any{"replicas": "two"}}, "replicas"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one that says %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestChartLints(t *testing.T) {
+	for name, values := range map[string]map[string]any{"defaults": nil, "every value changed": everyValue} {
+		t.Run(name, func(t *testing.T) {
+			lint := action.NewLint()
+			lint.Strict = true
+			lint.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+			res := lint.Run([]string{chartDir}, values)
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("helm lint: %s", m)
+				}
+			}
+			for _, err := range res.Errors {
+				t.Errorf("helm lint: %v", err)
+			}
+		})
+	}
+}
+
+func countPullSecrets(sas []*corev1.ServiceAccount) int {
+	n := 0
+	for _, sa := range sas {
+		if len(sa.ImagePullSecrets) == 1 && sa.ImagePullSecrets[0].Name == "regcred" {
+			n++
+		}
+	}
+	return n
+}
+
+func saAnnotation(sas []*corev1.ServiceAccount, name string) string {
+	for _, sa := range sas {
+		if sa.Name == name {
+			return sa.Annotations["certready.io/condition-type"]
+		}
+	}
+	return ""
+}
+
+func allLabelled(groups ...[]map[string]any) bool {
+	n := 0
+	for _, g := range groups {
+		for _, o := range g {
+			labels, _ := o["metadata"].(map[string]any)["labels"].(map[string]any)
+			if labels["release"] != "kube-prometheus-stack" {
+				return false
+			}
+			n++
+		}
+	}
+	return n == 3
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// buildCertready builds the certready binary this tree holds.
+func buildCertready(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "certready")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/certready")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build certready: %v\n%s", err, out)
+	}
+	return bin
+}
