@@ -33,6 +33,9 @@ type Config struct {
 	// Binaries maps an image name prefix (e.g. "certready") to the host
 	// binary its containers run.
 	Binaries map[string]string
+	// Paths maps the same prefixes to where the image has its binary
+	// (default DefaultPath).
+	Paths map[string]string
 	// Launcher is the helper that builds a container's root and execs the
 	// binary: <Launcher> container --root DIR --bin PATH --mount SRC:DST[:ro]... -- ARGS...
 	Launcher string
@@ -108,13 +111,21 @@ func (r *Runtime) Stop() {
 	r.server.Stop()
 }
 
-func (r *Runtime) binaryFor(image string) string {
+// DefaultPath is where an image has its binary unless Config.Paths says.
+const DefaultPath = "/usr/local/bin/certready"
+
+// binaryFor returns the host binary that is the image's content, and its
+// path in the image.
+func (r *Runtime) binaryFor(image string) (bin, path string) {
 	for prefix, bin := range r.cfg.Binaries {
 		if strings.HasPrefix(image, prefix) {
-			return bin
+			if p := r.cfg.Paths[prefix]; p != "" {
+				return bin, p
+			}
+			return bin, DefaultPath
 		}
 	}
-	return ""
+	return "", ""
 }
 
 func hostNetwork(cfg *kubeapi.PodSandboxConfig) bool {
@@ -191,8 +202,8 @@ func (r *Runtime) StartContainer(ctx context.Context, req *kubeapi.StartContaine
 	}
 	r.RuntimeService.Unlock()
 	if cfg != nil {
-		if bin := r.binaryFor(cfg.GetImage().GetImage()); bin != "" {
-			if err := r.launch(req.ContainerId, bin, cfg, logPath); err != nil {
+		if bin, path := r.binaryFor(cfg.GetImage().GetImage()); bin != "" {
+			if err := r.launch(req.ContainerId, bin, path, cfg, logPath); err != nil {
 				return nil, fmt.Errorf("starting container %s: %w", cfg.GetMetadata().GetName(), err)
 			}
 		}
@@ -225,12 +236,12 @@ func (r *Runtime) RemoveContainer(ctx context.Context, req *kubeapi.RemoveContai
 	return r.RemoteRuntime.RemoveContainer(ctx, req)
 }
 
-func (r *Runtime) launch(id, bin string, cfg *kubeapi.ContainerConfig, logPath string) error {
+func (r *Runtime) launch(id, bin, path string, cfg *kubeapi.ContainerConfig, logPath string) error {
 	root := filepath.Join(r.cfg.RootDir, id)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-	args := []string{"container", "--root", root, "--bin", bin}
+	args := []string{"container", "--root", root, "--bin", bin, "--bin-path", path}
 	for _, m := range cfg.Mounts {
 		spec := m.HostPath + ":" + m.ContainerPath
 		if m.Readonly {

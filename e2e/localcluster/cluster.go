@@ -33,6 +33,9 @@ type Binaries struct {
 	K8sDir    string // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
 	Certready string // the certready binary: the content of image certready:*
 	Localnode string // this module's cmd/localnode
+	// NodeProblemDetector, optional: node-problem-detector's daemon, the
+	// content of its upstream image (NPDImage) at /node-problem-detector.
+	NodeProblemDetector string
 }
 
 // BinariesFromEnv reads CERTREADY_K8S_BIN, CERTREADY_BIN and
@@ -47,8 +50,21 @@ func BinariesFromEnv() (Binaries, error) {
 			return b, fmt.Errorf("%s=%s: %w", name, path, err)
 		}
 	}
+	if npd := os.Getenv("CERTREADY_NPD_BIN"); npd != "" {
+		if _, err := os.Stat(npd); err != nil {
+			return b, fmt.Errorf("CERTREADY_NPD_BIN=%s: %w", npd, err)
+		}
+		b.NodeProblemDetector = npd
+	}
 	return b, nil
 }
+
+// NPDImage is node-problem-detector's upstream image: its containers run
+// Binaries.NodeProblemDetector, at the path the image has it.
+const (
+	NPDImage     = "registry.k8s.io/node-problem-detector/node-problem-detector"
+	npdImagePath = "/node-problem-detector"
+)
 
 // Config configures a cluster.
 type Config struct {

@@ -102,12 +102,17 @@ func (c *Cluster) startKubelet(n *Node) error {
 		"--bind", filepath.Join(root, "log-pods") + ":/var/log/pods",
 		"--bind", filepath.Join(root, "log-containers") + ":/var/log/containers",
 		"--image", "certready=" + c.cfg.Binaries.Certready,
+	}
+	if npd := c.cfg.Binaries.NodeProblemDetector; npd != "" {
+		args = append(args, "--image", NPDImage+"="+npd+"="+npdImagePath)
+	}
+	args = append(args,
 		"--pod-ips", strings.Join(podIPs, ","),
 		"--", c.bin("kubelet"),
-		"--config=" + filepath.Join(root, "config.yaml"),
-		"--kubeconfig=" + filepath.Join(root, "kubeconfig"),
-		"--hostname-override=" + n.Name, "--node-ip=" + n.IP, "--v=2",
-	}
+		"--config="+filepath.Join(root, "config.yaml"),
+		"--kubeconfig="+filepath.Join(root, "kubeconfig"),
+		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=2",
+	)
 	p, err := c.sup.start("node-"+n.Name, c.logPath("node-"+n.Name), args, nil)
 	if err != nil {
 		return err

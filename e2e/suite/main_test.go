@@ -33,6 +33,7 @@ var cluster provider.Cluster
 const (
 	standalone = "../../manifests/overlays/standalone"
 	base       = "../../manifests/base"
+	chartDir   = "../../charts/certready"
 )
 
 func TestMain(m *testing.M) {

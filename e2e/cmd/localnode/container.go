@@ -17,6 +17,7 @@ func containerMain(args []string) error {
 	fs := pflag.NewFlagSet("container", pflag.ContinueOnError)
 	root := fs.String("root", "", "an empty folder to build the root in")
 	bin := fs.String("bin", "", "the host binary that is the image's content")
+	image := fs.String("bin-path", "/usr/local/bin/certready", "where the image has that binary")
 	mounts := fs.StringArray("mount", nil, "SRC:DST[:ro] kubelet-provided mounts")
 	workdir := fs.String("workdir", "/", "working directory")
 	uid := fs.Int("uid", 0, "user to run as (the container's runAsUser)")
@@ -31,8 +32,7 @@ func containerMain(args []string) error {
 	if err := unix.Mount("tmpfs", *root, "tmpfs", 0, "mode=0755,size=16m"); err != nil {
 		return fmt.Errorf("tmpfs root: %w", err)
 	}
-	const image = "/usr/local/bin/certready"
-	if err := bind(*bin, filepath.Join(*root, image), true); err != nil {
+	if err := bind(*bin, filepath.Join(*root, *image), true); err != nil {
 		return err
 	}
 	for _, m := range *mounts {
@@ -83,13 +83,13 @@ func containerMain(args []string) error {
 		}
 	}
 	if len(argv) == 0 {
-		argv = []string{image}
+		argv = []string{*image}
 	}
 	path := argv[0]
 	if !strings.HasPrefix(path, "/") {
 		// An image's entrypoint with args only: the binary is the entrypoint.
-		path = image
-		argv = append([]string{image}, argv...)
+		path = *image
+		argv = append([]string{*image}, argv...)
 	}
 	return syscall.Exec(path, argv, os.Environ())
 }

@@ -54,7 +54,7 @@ func node(args []string) error {
 	ip := fs.String("ip", "", "the node's address")
 	cri := fs.String("cri", "", "CRI socket path")
 	binds := fs.StringArray("bind", nil, "SRC:DST bind mounts that make the node's folders appear at the standard paths")
-	images := fs.StringArray("image", nil, "PREFIX=BINARY: images whose containers run BINARY")
+	images := fs.StringArray("image", nil, "PREFIX=BINARY[=PATH]: images whose containers run BINARY, found at PATH in the image (default "+criruntime.DefaultPath+")")
 	podIPs := fs.StringSlice("pod-ips", nil, "addresses for this node's pods (added to the namespace's link on use)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,17 +83,24 @@ func node(args []string) error {
 	if err != nil {
 		return err
 	}
-	bins := map[string]string{}
+	bins, paths := map[string]string{}, map[string]string{}
 	for _, im := range *images {
-		prefix, bin, ok := strings.Cut(im, "=")
-		if !ok {
-			return fmt.Errorf("--image %q: want PREFIX=BINARY", im)
+		parts := strings.SplitN(im, "=", 3)
+		if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+			return fmt.Errorf("--image %q: want PREFIX=BINARY[=PATH]", im)
 		}
-		bins[prefix] = bin
+		bins[parts[0]] = parts[1]
+		if len(parts) == 3 {
+			if !strings.HasPrefix(parts[2], "/") {
+				return fmt.Errorf("--image %q: PATH %q must be absolute", im, parts[2])
+			}
+			paths[parts[0]] = parts[2]
+		}
 	}
 	pool := newIPPool(*podIPs)
 	rt := criruntime.New(criruntime.Config{
 		Binaries: bins,
+		Paths:    paths,
 		Launcher: self,
 		RootDir:  filepath.Join(*dir, "containers"),
 		NodeIP:   *ip,

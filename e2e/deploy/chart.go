@@ -1,0 +1,76 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/certready/certready/e2e/provider"
+)
+
+// ReleaseNamespace holds the Helm release record; the chart puts certready
+// itself in its namespace.name (certready-system).
+const ReleaseNamespace = "default"
+
+// Chart installs certready from the Helm chart in dir with the Helm SDK, as
+// `helm install certready <dir> -n default` does, and waits as Certready
+// does.
+func Chart(ctx context.Context, c provider.Cluster, dir string, values map[string]any, logf func(string, ...any)) error {
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return fmt.Errorf("loading the chart %s: %w", dir, err)
+	}
+	cfg := new(action.Configuration)
+	getter := restGetter{cfg: c.AdminConfig(), namespace: ReleaseNamespace}
+	if err := cfg.Init(getter, ReleaseNamespace, "secret", func(format string, args ...any) { logf("helm: "+format, args...) }); err != nil {
+		return fmt.Errorf("helm: %w", err)
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.Timeout = "certready", ReleaseNamespace, 2*time.Minute
+	logf("deploying certready: helm install certready %s -n %s (Helm SDK), values %v", dir, ReleaseNamespace, values)
+	rel, err := install.RunWithContext(ctx, ch, values)
+	if err != nil {
+		return fmt.Errorf("helm install: %w", err)
+	}
+	logf("helm: release %s revision %d %s, %d objects", rel.Name, rel.Version, rel.Info.Status, strings.Count(rel.Manifest, "\nkind: "))
+	return WaitRollout(ctx, c, logf)
+}
+
+// restGetter gives Helm the cluster admin's client configuration.
+type restGetter struct {
+	cfg       *rest.Config
+	namespace string
+}
+
+func (g restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.cfg), nil }
+
+func (g restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(g.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return memory.NewMemCacheClient(dc), nil
+}
+
+func (g restGetter) ToRESTMapper() (meta.RESTMapper, error) {
+	dc, err := g.ToDiscoveryClient()
+	if err != nil {
+		return nil, err
+	}
+	return restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(dc), dc, nil), nil
+}
+
+func (g restGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return clientcmd.NewNonInteractiveClientConfig(*clientcmdapi.NewConfig(), "", &clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: g.namespace}}, nil)
+}
