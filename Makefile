@@ -33,7 +33,7 @@ lint: ## go vet and gofmt (both modules).
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
 
-static: ## Static manifest checks: kustomize builds, strict decoding, CRD schema, kind config, promtool alert tests.
+static: ## Static manifest checks: kustomize builds, Helm chart (SDK: lint, render, equal to the overlays), strict decoding, CRD schema, kind config, promtool alert tests.
 	@echo '== static manifest checks'
 	cd e2e && $(GO) test -count=1 ./static/
 
