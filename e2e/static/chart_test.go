@@ -475,3 +475,26 @@ func buildCertready(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestChartFilesAreTheManifests: the chart's files/ are copies of the
+// kustomize components' (Helm reads only files inside the chart, and would
+// warn on every symlink); a change to one must be made to the other.
+func TestChartFilesAreTheManifests(t *testing.T) {
+	for file, source := range map[string]string{
+		"dashboard.json":                "components/monitoring/dashboards/certready.json",
+		"prometheusrule.yaml":           "components/monitoring/prometheusrule.yaml",
+		"certready-plugin-monitor.json": "components/npd/certready-plugin-monitor.json",
+	} {
+		got, err := os.ReadFile(filepath.Join(chartDir, "files", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(root, source))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("charts/certready/files/%s differs from manifests/%s: cp manifests/%s charts/certready/files/%s", file, source, source, file)
+		}
+	}
+}
