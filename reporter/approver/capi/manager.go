@@ -1,0 +1,438 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/trim"
+	"github.com/certready/certready/reporter/approver/apiserver"
+	"github.com/certready/certready/reporter/approver/controller"
+)
+
+// Config configures the management-cluster mode.
+type Config struct {
+	// Controller is each workload cluster's controller configuration;
+	// Inventory and APIServerAddresses are set per cluster.
+	Controller controller.Config
+	// Selector picks the Clusters to serve (labels.Everything() for all).
+	Selector labels.Selector
+	// UserAgent of the workload cluster clients.
+	UserAgent string
+	// QPS and Burst of each workload cluster's client.
+	QPS   float32
+	Burst int
+}
+
+// Manager serves every selected Cluster: one approver controller per
+// workload cluster, connected with the Cluster's kubeconfig Secret, started
+// when both exist, restarted when the Secret changes (rotation), stopped
+// when either goes or the Cluster no longer matches the selector.
+type Manager struct {
+	cfg      Config
+	mgmt     kubernetes.Interface
+	dyn      dynamic.Interface
+	reg      prometheus.Registerer
+	recorder record.EventRecorder // on Machines and Clusters, in the management cluster
+
+	clusters cache.GenericLister
+	secrets  corelisters.SecretLister
+	machines cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	running map[string]*workload // by namespace/name of the Cluster
+	served  prometheus.Gauge
+}
+
+type workload struct {
+	secretVersion string
+	cancel        context.CancelFunc
+	done          chan struct{}
+	ctrl          *controller.Controller // nil until built
+	mu            sync.Mutex
+}
+
+// New builds the manager; Run starts it.
+func New(cfg Config, mgmt kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, reg prometheus.Registerer) *Manager {
+	if cfg.Selector == nil {
+		cfg.Selector = labels.Everything()
+	}
+	m := &Manager{cfg: cfg, mgmt: mgmt, dyn: dyn, reg: reg, recorder: recorder, running: map[string]*workload{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-capi-clusters"}),
+		served: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_approver_capi_clusters",
+			Help: "Workload clusters whose kubelet-serving CSRs this approver is serving (Cluster selected and its kubeconfig Secret present).",
+		}),
+	}
+	return m
+}
+
+// Run serves the clusters until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if err := m.reg.Register(m.served); err != nil {
+		return err
+	}
+	defer m.reg.Unregister(m.served)
+	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.dyn, 0, metav1.NamespaceAll, func(lo *metav1.ListOptions) {})
+	clusterInformer := dynamicinformer.NewFilteredDynamicInformer(m.dyn, ClusterGVR, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(lo *metav1.ListOptions) { lo.LabelSelector = m.cfg.Selector.String() })
+	m.clusters = clusterInformer.Lister()
+	m.machines = dynFactory.ForResource(MachineGVR).Informer()
+	if err := m.machines.SetTransform(TrimMachine); err != nil {
+		return err
+	}
+	if err := m.machines.AddIndexers(Indexers); err != nil {
+		return err
+	}
+	// Only Cluster API's own Secrets are cached, not every Secret.
+	secretFactory := informers.NewSharedInformerFactoryWithOptions(m.mgmt, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("type", KubeconfigSecretType).String()
+		lo.LabelSelector = ClusterNameLabel
+	}))
+	secretInformer := secretFactory.Core().V1().Secrets()
+	m.secrets = secretInformer.Lister()
+
+	enqueueCluster := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			m.queue.Add(key)
+		}
+	}
+	if _, err := clusterInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueueCluster, UpdateFunc: func(_, o any) { enqueueCluster(o) }, DeleteFunc: enqueueCluster,
+	}); err != nil {
+		return err
+	}
+	secretEvent := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if s, ok := obj.(*corev1.Secret); ok {
+			if c := s.Labels[ClusterNameLabel]; c != "" {
+				m.queue.Add(s.Namespace + "/" + c)
+			}
+		}
+	}
+	if _, err := secretInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: secretEvent, UpdateFunc: func(_, o any) { secretEvent(o) }, DeleteFunc: secretEvent,
+	}); err != nil {
+		return err
+	}
+	// A Machine's addresses are its node's inventory: re-evaluate that
+	// node's pending CSRs when they change.
+	machineEvent := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		mc := ParseMachine(u)
+		if mc.Node == "" {
+			return
+		}
+		m.mu.Lock()
+		w := m.running[clusterKey(mc.Namespace, mc.Cluster)]
+		m.mu.Unlock()
+		if w != nil {
+			w.mu.Lock()
+			if w.ctrl != nil {
+				w.ctrl.EnqueueNode(mc.Node)
+			}
+			w.mu.Unlock()
+		}
+	}
+	if _, err := m.machines.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: machineEvent, UpdateFunc: func(_, o any) { machineEvent(o) }, DeleteFunc: machineEvent,
+	}); err != nil {
+		return err
+	}
+	go clusterInformer.Informer().Run(ctx.Done())
+	dynFactory.Start(ctx.Done())
+	secretFactory.Start(ctx.Done())
+	defer secretFactory.Shutdown()
+	defer dynFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), clusterInformer.Informer().HasSynced, m.machines.HasSynced, secretInformer.Informer().HasSynced) {
+		return fmt.Errorf("management cluster caches did not sync (are the Cluster API CRDs %s and %s installed, and may this approver list them?)", ClusterGVR.GroupResource(), MachineGVR.GroupResource())
+	}
+	logger.Info("Serving Cluster API workload clusters", "selector", m.cfg.Selector.String())
+	defer m.stopAll()
+	go func() {
+		<-ctx.Done()
+		m.queue.ShutDown()
+	}()
+	for m.next(ctx) {
+	}
+	return nil
+}
+
+func (m *Manager) next(ctx context.Context) bool {
+	key, quit := m.queue.Get()
+	if quit {
+		return false
+	}
+	defer m.queue.Done(key)
+	if err := m.reconcile(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "Workload cluster not served; retrying", "cluster", key)
+		m.queue.AddRateLimited(key)
+		return true
+	}
+	m.queue.Forget(key)
+	return true
+}
+
+// reconcile starts, restarts or stops the workload cluster key.
+func (m *Manager) reconcile(ctx context.Context, key string) error {
+	logger := klog.FromContext(ctx).WithValues("cluster", key)
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	m.mu.Lock()
+	cur := m.running[key]
+	m.mu.Unlock()
+	clusterObj, err := m.clusters.Get(key)
+	if apierrors.IsNotFound(err) {
+		if cur != nil {
+			logger.Info("Cluster gone or no longer selected: no longer serving it")
+			m.stop(key)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	secret, err := m.secrets.Secrets(ns).Get(KubeconfigSecretName(name))
+	if apierrors.IsNotFound(err) {
+		if cur != nil {
+			logger.Info("Kubeconfig Secret gone: no longer serving the cluster", "secret", ns+"/"+KubeconfigSecretName(name))
+			m.stop(key)
+		} else {
+			logger.V(2).Info("No kubeconfig Secret yet", "secret", ns+"/"+KubeconfigSecretName(name))
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur != nil && cur.secretVersion == secret.ResourceVersion {
+		return nil
+	}
+	if cur != nil {
+		logger.Info("Kubeconfig Secret changed: reconnecting", "secret", secret.Name)
+		m.stop(key)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["value"])
+	if err != nil {
+		m.recorder.Eventf(clusterObj, corev1.EventTypeWarning, "KubeconfigUnusable", "certready: Secret %s/%s key value: %v", ns, secret.Name, err)
+		return nil // retried when the Secret changes
+	}
+	cfg.UserAgent, cfg.QPS, cfg.Burst = m.cfg.UserAgent, m.cfg.QPS, m.cfg.Burst
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &workload{secretVersion: secret.ResourceVersion, cancel: cancel, done: make(chan struct{})}
+	m.mu.Lock()
+	m.running[key] = w
+	m.served.Set(float64(len(m.running)))
+	m.mu.Unlock()
+	go func() {
+		defer close(w.done)
+		err := m.serve(klog.NewContext(wctx, logger), key, ns, name, clusterObj, client, w)
+		if err != nil && wctx.Err() == nil {
+			logger.Error(err, "Serving the workload cluster stopped; retrying")
+			m.mu.Lock()
+			if m.running[key] == w {
+				delete(m.running, key)
+				m.served.Set(float64(len(m.running)))
+			}
+			m.mu.Unlock()
+			m.queue.AddRateLimited(key)
+		}
+	}()
+	logger.Info("Serving workload cluster", "apiserver", cfg.Host)
+	return nil
+}
+
+// serve runs one workload cluster's controller until ctx ends.
+func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, w *workload) error {
+	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
+	}))
+	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
+	if err := csrInformer.SetTransform(trim.CSR(false)); err != nil {
+		return err
+	}
+	inv := Inventory{Indexer: m.machines.GetIndexer(), Namespace: ns, Cluster: name}
+	cfg := m.cfg.Controller
+	cfg.Inventory = inv
+	cfg.Policy.APIServerHost = inv.HostsAPIServer
+	cfg.Policy.APIServerHostRule = "its Machine labelled " + ControlPlaneLabel
+	var ctrl *controller.Controller
+	endpoints, err := apiserver.New(client, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.ctrl != nil {
+			w.ctrl.EnqueueAll()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	cfg.APIServerAddresses = endpoints.Addresses
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	onCSR := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+	reg := &registrations{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key}, m.reg)}
+	defer reg.unregisterAll()
+	ctrl, err = controller.New(cfg, client, csrInformer, machineEvents{onCSR: onCSR, onMachine: m.recorder, inv: inv, cluster: clusterObj}, reg)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.ctrl = ctrl
+	w.mu.Unlock()
+	csrFactory.Start(ctx.Done())
+	endpoints.Start(ctx)
+	defer csrFactory.Shutdown()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), csrInformer.HasSynced, endpoints.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("the workload cluster's caches did not sync within 2m (CSRs of %s, EndpointSlice default/kubernetes)", certv1.KubeletServingSignerName)
+	}
+	return ctrl.Run(ctx)
+}
+
+func (m *Manager) stop(key string) {
+	m.mu.Lock()
+	w := m.running[key]
+	delete(m.running, key)
+	m.served.Set(float64(len(m.running)))
+	m.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		<-w.done
+	}
+}
+
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	keys := make([]string, 0, len(m.running))
+	for k := range m.running {
+		keys = append(keys, k)
+	}
+	m.mu.Unlock()
+	for _, k := range keys {
+		m.stop(k)
+	}
+}
+
+// Serving reports whether the workload cluster namespace/name is served.
+func (m *Manager) Serving(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running[key] != nil
+}
+
+// machineEvents records the controller's events on the CSR in the workload
+// cluster and, for refusals, on the node's Machine in the management
+// cluster (on the Cluster when no single Machine names the node), where
+// the Cluster API operator looks.
+type machineEvents struct {
+	onCSR, onMachine record.EventRecorder
+	inv              Inventory
+	cluster          runtime.Object
+}
+
+func (e machineEvents) Event(obj runtime.Object, eventtype, reason, message string) {
+	e.onCSR.Event(obj, eventtype, reason, message)
+	csr, ok := obj.(*certv1.CertificateSigningRequest)
+	if !ok || eventtype != corev1.EventTypeWarning {
+		return
+	}
+	node, ok := names.NodeOf(csr.Spec.Username)
+	var target runtime.Object = e.cluster
+	if ok {
+		if ms := e.inv.Machines(node); len(ms) == 1 {
+			target = ms[0]
+		}
+	}
+	e.onMachine.Eventf(target, eventtype, reason, "CSR %s of node %s in Cluster %s/%s: %s", csr.Name, node, e.inv.Namespace, e.inv.Cluster, message)
+}
+
+func (e machineEvents) Eventf(obj runtime.Object, eventtype, reason, format string, args ...any) {
+	e.Event(obj, eventtype, reason, fmt.Sprintf(format, args...))
+}
+
+func (e machineEvents) AnnotatedEventf(obj runtime.Object, _ map[string]string, eventtype, reason, format string, args ...any) {
+	e.Event(obj, eventtype, reason, fmt.Sprintf(format, args...))
+}
+
+// registrations remembers what a workload cluster's controller registered,
+// so that reconnecting (a rotated kubeconfig) can register it again.
+type registrations struct {
+	prometheus.Registerer
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+func (r *registrations) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cs = append(r.cs, c)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *registrations) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *registrations) unregisterAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cs {
+		r.Registerer.Unregister(c)
+	}
+	r.cs = nil
+}
