@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
@@ -30,7 +32,9 @@ func runApprover(ctx context.Context, args []string) int {
 	var profiling bool
 	var kf kubeFlags
 	host, _ := os.Hostname()
-	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write.")
+	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. capi: run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses (README: Cluster API).")
+	var capiSelector string
+	fs.StringVar(&capiSelector, "capi-cluster-selector", "", "--inventory=capi: label selector of the Cluster objects to serve (empty: every Cluster).")
 	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
 	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
 	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own (a load balancer or VIP in front of the API servers), never approved as SANs. $KUBERNETES_SERVICE_HOST is added automatically; the endpoints of the default/kubernetes EndpointSlice are watched and approved only for a node labelled --apiserver-host-label, and only its own.")
@@ -113,6 +117,21 @@ func runApprover(ctx context.Context, args []string) int {
 	client, err := kf.protobufClient("certready-approver/" + version)
 	if err != nil {
 		return fail(err)
+	}
+	if o.InventorySpec == "capi" {
+		if o.CAPI.Selector, err = labels.Parse(capiSelector); err != nil {
+			return fail(fmt.Errorf("--capi-cluster-selector %q: %w", capiSelector, err))
+		}
+		cfg, err := kf.config("certready-approver/" + version)
+		if err != nil {
+			return fail(err)
+		}
+		if o.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+			return fail(err)
+		}
+		o.CAPI.UserAgent, o.CAPI.QPS, o.CAPI.Burst = "certready-approver/"+version, kf.qps, kf.burst
+	} else if capiSelector != "" {
+		return fail(fmt.Errorf("--capi-cluster-selector needs --inventory=capi"))
 	}
 	// Events get a client (and so a client-side rate limit) of their own,
 	// at the old default: in a storm, approval events wait (or are dropped

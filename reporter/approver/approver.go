@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -31,6 +32,7 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
+	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/taint"
@@ -39,8 +41,13 @@ import (
 // Options configure the approver process.
 type Options struct {
 	Controller controller.Config // Inventory is built from InventorySpec
-	// InventorySpec: "node", "configmap:<namespace>/<name>" or "file:<path>".
+	// InventorySpec: "node", "configmap:<namespace>/<name>", "file:<path>",
+	// or "capi": the management-cluster mode (package capi), which serves
+	// every selected Cluster API workload cluster instead of this one.
 	InventorySpec string
+	// CAPI configures the "capi" mode (Dynamic reads Clusters and Machines).
+	CAPI    capi.Config
+	Dynamic dynamic.Interface
 
 	LeaderElect    bool
 	LeaseNamespace string
@@ -92,6 +99,9 @@ var ErrLostLease = errors.New("lost the leader Lease")
 
 // Run runs the approver until ctx ends or the Lease is lost.
 func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
+	if o.InventorySpec == "capi" {
+		return runCAPI(ctx, client, reg, ready, o)
+	}
 	logger := klog.FromContext(ctx)
 	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
@@ -244,6 +254,43 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 			}
 		}
 	}
+	return elect(ctx, client, o, lead)
+}
+
+// runCAPI is the management-cluster mode: the leader serves every selected
+// workload cluster (package capi); this cluster's own CSRs and Nodes are
+// not its business.
+func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
+	if o.Dynamic == nil {
+		return fmt.Errorf("--inventory=capi needs a dynamic client")
+	}
+	if o.RemoveStartupTaint.Key != "" {
+		return fmt.Errorf("--inventory=capi serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
+	}
+	events := o.EventClient
+	if events == nil {
+		events = client
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(4)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+	cfg := o.CAPI
+	cfg.Controller = o.Controller
+	mgr := capi.New(cfg, client, o.Dynamic, recorder, reg)
+	ready.Set(true, "")
+	return elect(ctx, client, o, func(lctx context.Context) {
+		if err := mgr.Run(lctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Cluster API mode stopped")
+		}
+	})
+}
+
+// elect runs lead while this replica holds the Lease (at once without
+// leader election); ErrLostLease when another replica took it.
+func elect(ctx context.Context, client kubernetes.Interface, o Options, lead func(context.Context)) error {
+	logger := klog.FromContext(ctx)
 	if !o.LeaderElect {
 		lead(ctx)
 		return nil
