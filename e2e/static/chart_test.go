@@ -201,6 +201,8 @@ func TestChartEqualsKustomize(t *testing.T) {
 			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/approver-pool\n"},
 		{name: "namespace.name is kustomize's namespace:", values: map[string]any{"namespace": map[string]any{"name": "platform-certs"}},
 			kustomization: "namespace: platform-certs\nresources:\n- ../standalone\n"},
+		{name: "capi is the capi-management overlay", values: map[string]any{"capi": map[string]any{"enabled": true}},
+			kustomization: "resources:\n- ../capi-management\n"},
 		{name: "npd is the npd component", values: map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}},
 			kustomization: "resources:\n- ../standalone\n- npd\ncomponents:\n- ../../components/npd\n", setup: npdDeployment(t), ignore: npdOwn},
 	} {
@@ -394,6 +396,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"unknown taint mode", map[string]any{"taint": map[string]any{"mode": "auto"}}, "at '/taint/mode': value must be one of 'standalone', 'nrc', 'none'"},
 		{"digest without its algorithm", map[string]any{"image": map[string]any{"digest": "abc123"}}, `image.digest "abc123"`},
 		{"npd and the agent both writing the condition", map[string]any{"npd": map[string]any{"enabled": true}}, "set agent.enabled=false"},
+		{"npd beside the Cluster API mode", map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}, "capi": map[string]any{"enabled": true}}, "install them apart"},
 		{"a value the chart does not have", map[string]any{"approvr": map[string]any{"replicas": 1}}, "approvr"},
 		{"a mistyped value", map[string]any{"approver": map[string]any{"replicas": "two"}}, "replicas"},
 	} {
@@ -496,5 +499,35 @@ func TestChartFilesAreTheManifests(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("charts/certready/files/%s differs from manifests/%s: cp manifests/%s charts/certready/files/%s", file, source, source, file)
 		}
+	}
+}
+
+// TestCAPIManagementRBAC: in the management cluster the approver may read
+// Clusters, Machines and Cluster API's Secrets and write events, and
+// nothing about that cluster's own CSRs or Nodes.
+func TestCAPIManagementRBAC(t *testing.T) {
+	objs := decodeStrict(t, kustomizeMaps(t, "resources:\n- ../capi-management\n", nil))
+	var granted []string
+	for _, r := range find[*rbacv1.ClusterRole](objs) {
+		for _, rule := range r.Rules {
+			for _, res := range rule.Resources {
+				granted = append(granted, res)
+				if res == "certificatesigningrequests" || res == "nodes" || res == "signers" {
+					t.Errorf("ClusterRole %s grants %v on %s in the management cluster", r.Name, rule.Verbs, res)
+				}
+				if res == "secrets" && slices.Contains(rule.Verbs, "get") {
+					t.Errorf("ClusterRole %s grants get on every Secret; list/watch of Cluster API's (by field and label selector) is all it reads", r.Name)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"clusters", "machines", "secrets", "events"} {
+		if !slices.Contains(granted, want) {
+			t.Errorf("no ClusterRole grants %s (granted: %v)", want, granted)
+		}
+	}
+	dep := find[*appsv1.Deployment](objs)
+	if len(dep) != 1 || !slices.Contains(dep[0].Spec.Template.Spec.Containers[0].Args, "--inventory=capi") || len(find[*appsv1.DaemonSet](objs)) != 0 {
+		t.Errorf("want the approver with --inventory=capi and no agent")
 	}
 }

@@ -32,7 +32,7 @@ import (
 
 const root = "../../manifests"
 
-var overlays = []string{"base", "overlays/nrc", "overlays/standalone"}
+var overlays = []string{"base", "overlays/nrc", "overlays/standalone", "overlays/capi-management"}
 
 func build(t *testing.T, dir string) resmap.ResMap {
 	t.Helper()

@@ -42,6 +42,11 @@ app.kubernetes.io/component: {{ . }}
 {{ include "certready.commonLabels" (index . 0) }}
 {{- end -}}
 
+{{/* Whether this cluster runs the agent side (not in Cluster API management mode). */}}
+{{- define "certready.local" -}}
+{{- if not .Values.capi.enabled }}true{{ end -}}
+{{- end -}}
+
 {{- define "certready.agentServiceAccount" -}}
 {{- include "certready.fullname" . }}-agent
 {{- end -}}
