@@ -72,6 +72,10 @@ type Controller struct {
 	// must not be decided twice. By UID, not name: a CSR deleted and created
 	// anew under the same name is another request.
 	decided sync.Map
+	// firstSeen holds, by UID, when the informer first delivered each CSR
+	// not yet decided here: certready_approver_decision_seconds. An entry
+	// goes with the approval, or with the CSR.
+	firstSeen sync.Map
 }
 
 // errReplaced: the CSR was deleted and created anew under its name between
@@ -120,6 +124,9 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		AddFunc: func(obj any) {
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 				c.pending.observe(csr, false)
+				if isPending(csr) {
+					c.firstSeen.Store(csr.UID, time.Now())
+				}
 			}
 			c.enqueue(obj)
 		},
@@ -139,6 +146,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 				delete(c.recorded, csr.Name)
 				c.mu.Unlock()
 				c.decided.Delete(csr.UID)
+				c.firstSeen.Delete(csr.UID)
 			}
 		},
 	})
@@ -311,6 +319,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		}
 		c.metrics.decisions.WithLabelValues("approved", string(d.Rule)).Inc()
 		c.metrics.latency.Observe(time.Since(csr.CreationTimestamp.Time).Seconds())
+		if t, ok := c.firstSeen.LoadAndDelete(csr.UID); ok {
+			c.metrics.decisionTime.Observe(time.Since(t.(time.Time)).Seconds())
+		}
 		logger.Info("Approved", "node", d.Node, "message", d.Message)
 		return 0, nil
 	case d.Transient:

@@ -180,6 +180,14 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 		t.Errorf("labels %v", c.Labels)
 	}
 	e.waitEvent("Normal " + string(policy.RuleApproved))
+	// The approver's own share is timed, and its record goes with the
+	// decision (nothing kept per decided CSR).
+	if n := histogramCount(t, e.reg, "certready_approver_decision_seconds"); n != 1 {
+		t.Errorf("certready_approver_decision_seconds counted %d decisions, want 1", n)
+	}
+	if n := e.ctrl.FirstSeen(); n != 0 {
+		t.Errorf("%d first-seen records left after the approval", n)
+	}
 	// One write for the whole decision: the approval subresource carries
 	// the label (it persists metadata), so a storm costs one request per CSR.
 	writes := writesTo(e.cs, "csr-ok")
@@ -573,4 +581,18 @@ func TestADecidedRequestInTheSameSecondSupersedesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor("csr-a-second", "approved although the other request of its second is decided", approved)
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }

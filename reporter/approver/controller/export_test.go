@@ -14,3 +14,10 @@ func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, erro
 // Leading reports whether Run has started leading (its caches and
 // handlers synced).
 func (c *Controller) Leading() bool { return c.leading.Load() }
+
+// FirstSeen counts the CSRs whose first event awaits their decision.
+func (c *Controller) FirstSeen() int {
+	n := 0
+	c.firstSeen.Range(func(any, any) bool { n++; return true })
+	return n
+}

@@ -7,10 +7,12 @@ import (
 )
 
 type metrics struct {
-	decisions  *prometheus.CounterVec
-	latency    prometheus.Histogram
-	leader     prometheus.Gauge
-	floodGuard prometheus.Gauge
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+	// decisionTime: first event -> approval written (Controller.firstSeen).
+	decisionTime prometheus.Histogram
+	leader       prometheus.Gauge
+	floodGuard   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
@@ -23,6 +25,11 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 			Name:    "certready_approver_approval_latency_seconds",
 			Help:    "Time from a kubelet-serving CSR's creation to its approval by this approver.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		decisionTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "certready_approver_decision_seconds",
+			Help:    "Time from this approver's first event of a kubelet-serving CSR (its informer) to the approval written: the approver's own share of the approval latency, without the creation request and the watch delivery.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_approver_is_leader",
@@ -41,6 +48,6 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 		Name: "certready_approver_oldest_pending_csr_age_seconds",
 		Help: "Age of the oldest pending kubelet-serving CSR (0 when none is pending).",
 	}, func() float64 { _, age := c.backlog(time.Now()); return age.Seconds() })
-	reg.MustRegister(m.decisions, m.latency, m.leader, m.floodGuard, pending, oldest)
+	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, pending, oldest)
 	return m
 }
