@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSumSeries(t *testing.T) {
@@ -52,5 +54,47 @@ func TestErrorSetKeepsDistinctMessagesAndCount(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "11 failed") || !strings.Contains(err.Error(), "too many open files") {
 		t.Errorf("error %q lacks the count or a message", err)
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	before := histogram{0.1: 10, 1: 10, math.Inf(1): 10}
+	// 100 more observations: 50 at or below 0.1 s, 40 in (0.1, 1], 10 above.
+	after := histogram{0.1: 60, 1: 100, math.Inf(1): 110}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		{.5, 100 * time.Millisecond},
+		{.25, 50 * time.Millisecond},
+		{.7, 100*time.Millisecond + 450*time.Millisecond}, // 20 of the 40 in (0.1, 1]
+		{.99, time.Second},                                // in the +Inf bucket: its lower bound
+	} {
+		if got := after.quantile(before, tc.q); got != tc.want {
+			t.Errorf("q%.2f = %s, want %s", tc.q, got, tc.want)
+		}
+	}
+	if got := before.quantile(before, .5); got != 0 {
+		t.Errorf("no observations: %s, want 0", got)
+	}
+}
+
+func TestApproverHistogramParsesTheTextFormat(t *testing.T) {
+	const page = `# TYPE certready_approver_decision_seconds histogram
+certready_approver_decision_seconds_bucket{le="0.1"} 50
+certready_approver_decision_seconds_bucket{le="1"} 90
+certready_approver_decision_seconds_bucket{le="+Inf"} 100
+certready_approver_decision_seconds_sum 30
+certready_approver_decision_seconds_count 100
+`
+	h, err := parseHistogram(strings.NewReader(page), "certready_approver_decision_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h[math.Inf(1)] != 100 || h[0.1] != 50 {
+		t.Fatalf("parsed %v: the +Inf bucket must count each observation once", h)
+	}
+	if got := h.quantile(histogram{}, .5); got != 100*time.Millisecond {
+		t.Errorf("p50 %s, want 100ms", got)
 	}
 }

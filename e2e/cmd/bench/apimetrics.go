@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"sort"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -176,4 +178,75 @@ func auditCount(path, user string, from, to time.Time) (map[string]int, int, err
 		total++
 	}
 	return by, total, sc.Err()
+}
+
+// histogram is a Prometheus histogram's cumulative bucket counts by upper
+// bound, read from a /metrics page.
+type histogram map[float64]float64
+
+// approverHistogram reads histogram name from the approver's /metrics.
+func (b *bench) approverHistogram(ctx context.Context, name string) (histogram, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, approverMetrics, nil)
+	resp, err := b.c.HTTPClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseHistogram(resp.Body, name)
+}
+
+// parseHistogram reads histogram name from a /metrics page.
+func parseHistogram(r io.Reader, name string) (histogram, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the approver's metrics: %w", err)
+	}
+	h := histogram{}
+	if mf := families[name]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			// The text format lists the +Inf bucket; a histogram without
+			// one has its sample count there.
+			inf := false
+			for _, bk := range m.GetHistogram().GetBucket() {
+				h[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+				inf = inf || math.IsInf(bk.GetUpperBound(), 1)
+			}
+			if !inf {
+				h[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return h, nil
+}
+
+// quantile of the observations between before and h, interpolated within
+// the bucket as PromQL's histogram_quantile does.
+func (h histogram) quantile(before histogram, q float64) time.Duration {
+	bounds := make([]float64, 0, len(h))
+	for le := range h {
+		bounds = append(bounds, le)
+	}
+	sort.Float64s(bounds)
+	total := h[math.Inf(1)] - before[math.Inf(1)]
+	if total <= 0 {
+		return 0
+	}
+	rank := q * total
+	prevLE, prevCount := 0.0, 0.0
+	for _, le := range bounds {
+		count := h[le] - before[le]
+		if count >= rank {
+			if math.IsInf(le, 1) {
+				return time.Duration(prevLE * float64(time.Second))
+			}
+			frac := 0.0
+			if count > prevCount {
+				frac = (rank - prevCount) / (count - prevCount)
+			}
+			return time.Duration((prevLE + (le-prevLE)*frac) * float64(time.Second))
+		}
+		prevLE, prevCount = le, count
+	}
+	return 0
 }

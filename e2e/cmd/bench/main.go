@@ -217,14 +217,19 @@ func print(r results) {
 		fmt.Fprintf(w, "agent + approver fallback: taint removed\t%d\t%s\t%s\t%s\n", len(rd.ToUntainted), ms(pct(rd.ToUntainted, .5)), ms(pct(rd.ToUntainted, .99)), ms(pct(rd.ToUntainted, 1)))
 		fmt.Fprintf(w, "reference: 10 s file poller detects\t%d\t%s\t%s\t%s\n", len(rd.Poller), ms(pct(rd.Poller, .5)), ms(pct(rd.Poller, .99)), ms(pct(rd.Poller, 1)))
 	}
-	fmt.Fprintln(w, "\n== 2. Approval storm, creation -> Approved=True\tCSRs\tp50\tp99\tcreated/s\tapproved/s\twrites/approval\tapprover per node (peak RSS, live heap)\tCPU ms/approval\tAPF wait\tfailed creations")
+	fmt.Fprintln(w, "\n== 2. Approval storm, creation -> Approved=True\tCSRs\tp50\tp99\tseen -> Approved p50/p99\tcreation -> seen p50/p99\tapprover's own p50/p99\tcreated/s\tapproved/s\twrites/approval\tapprover per node (peak RSS, live heap)\tCPU ms/approval\tAPF wait\tfailed creations")
 	for _, s := range r.Storms {
 		mem, cpu := "-", "-"
 		if s.Approach == "certready" {
 			mem = fmt.Sprintf("%.1f KiB, %.1f KiB", s.RSSPerNode/1024, s.HeapPerNode/1024)
 			cpu = fmt.Sprintf("%.2f", s.CPUPerApproval)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t%s\t%.2f ms\t%d\n", s.Approach, s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)),
+		own := "-"
+		if s.Approach == "certready" {
+			own = ms(s.OwnP50) + " / " + ms(s.OwnP99)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s / %s\t%s / %s\t%s\t%.1f\t%.1f\t%.2f\t%s\t%s\t%.2f ms\t%d\n", s.Approach, s.N, ms(pct(s.Latencies, .5)), ms(pct(s.Latencies, .99)),
+			ms(pct(s.SinceSeen, .5)), ms(pct(s.SinceSeen, .99)), ms(pct(s.SeenLag, .5)), ms(pct(s.SeenLag, .99)), own,
 			s.CreatedPerSecond, s.PerSecond, s.WritesPerApproval, mem, cpu, s.APFWaitMillis, s.Failed)
 	}
 	for _, s := range r.Storms {

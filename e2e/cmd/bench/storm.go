@@ -27,8 +27,20 @@ type stormResult struct {
 	Approach  string          `json:"approach"`
 	N         int             `json:"n"`
 	Latencies []time.Duration `json:"latencies"`
-	PerSecond float64         `json:"approvedPerSecond"`
-	Duration  time.Duration   `json:"duration"`
+	// SinceSeen times each CSR from its first event on the bench's watch to
+	// its Approved event on the same watch: the approver's share, without
+	// the creation request and the watch delivery, which a saturated API
+	// server delays for every watcher alike. SeenLag is creation -> first
+	// event (those two).
+	SinceSeen []time.Duration `json:"sinceSeen"`
+	SeenLag   []time.Duration `json:"seenLag"`
+	// OwnP50 and OwnP99: the real approver's first event -> approval
+	// written (certready_approver_decision_seconds, interpolated in its
+	// buckets), the part no API server delay is in but its write's.
+	OwnP50    time.Duration `json:"approverOwnP50,omitempty"`
+	OwnP99    time.Duration `json:"approverOwnP99,omitempty"`
+	PerSecond float64       `json:"approvedPerSecond"`
+	Duration  time.Duration `json:"duration"`
 	// CreatedPerSecond is the rate at which the storm's CSRs were created.
 	CreatedPerSecond float64 `json:"createdPerSecond"`
 	// Requests counts the API server's requests on CSRs during the storm,
@@ -134,10 +146,14 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 	// before they exist.
 	var rssBefore int64
 	var heapBefore float64
+	var ownBefore histogram
 	if approach == "certready" {
 		rssBefore = rssBytes(b.approver.PID())
 		var err error
 		if heapBefore, err = b.approverLiveHeap(ctx); err != nil {
+			return stormResult{}, nil, err
+		}
+		if ownBefore, err = b.approverHistogram(ctx, "certready_approver_decision_seconds"); err != nil {
 			return stormResult{}, nil, err
 		}
 	}
@@ -242,6 +258,7 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 		cpu0[name] = cpuSeconds(p.PID())
 	}
 	approvedAt := map[string]time.Time{}
+	seenAt := map[string]time.Time{}
 	timeout := time.After(time.Duration(n)*200*time.Millisecond + 2*time.Minute)
 	// Done when every creation has returned and every accepted CSR is
 	// approved (the watch may report an approval before Create returns, so
@@ -278,10 +295,14 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 			if !isCSR || !strings.HasPrefix(csr.Name, fmt.Sprintf("storm%d-csr-", run)) {
 				continue
 			}
+			now := time.Now()
+			if _, seen := seenAt[csr.Name]; !seen {
+				seenAt[csr.Name] = now
+			}
 			if _, seen := approvedAt[csr.Name]; seen || !isApproved(csr) {
 				continue
 			}
-			approvedAt[csr.Name] = time.Now()
+			approvedAt[csr.Name] = now
 			if creating == nil { // accepted is final: no creator writes it any more
 				if _, ok := accepted[csr.Name]; ok {
 					approvedAccepted++
@@ -307,6 +328,8 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 	mu.Lock()
 	for name, i := range accepted {
 		res.Latencies = append(res.Latencies, approvedAt[name].Sub(created[i]))
+		res.SinceSeen = append(res.SinceSeen, approvedAt[name].Sub(seenAt[name]))
+		res.SeenLag = append(res.SeenLag, seenAt[name].Sub(created[i]))
 	}
 	if d := lastCreated.Sub(start); d > 0 {
 		res.CreatedPerSecond = float64(len(accepted)) / d.Seconds()
@@ -352,8 +375,15 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 				return stormResult{}, nil, err
 			}
 			res.HeapPerNode = (heap - heapBefore) / float64(n)
+			own, err := b.approverHistogram(ctx, "certready_approver_decision_seconds")
+			if err != nil {
+				return stormResult{}, nil, err
+			}
+			res.OwnP50, res.OwnP99 = own.quantile(ownBefore, .5), own.quantile(ownBefore, .99)
 		}
 	}
+	b.logf("storm %d (%s): seen on the watch -> Approved p50 %s p99 %s; creation -> seen p50 %s p99 %s; approver's own p50 %s p99 %s", n, approach,
+		ms(pct(res.SinceSeen, .5)), ms(pct(res.SinceSeen, .99)), ms(pct(res.SeenLag, .5)), ms(pct(res.SeenLag, .99)), ms(res.OwnP50), ms(res.OwnP99))
 	b.logf("storm %d (%s): %d accepted, %d failed; p50 %s p99 %s, %.1f created/s, %.1f approved/s, %.2f writes per approval", n, approach, len(res.Latencies), res.Failed,
 		ms(pct(res.Latencies, .5)), ms(pct(res.Latencies, .99)), res.CreatedPerSecond, res.PerSecond, res.WritesPerApproval)
 	if res.Failed > 0 {
