@@ -108,8 +108,9 @@ func startCAPIApprover(t *testing.T, ctx context.Context, kubeconfig string, arg
 // worker with the worker's address and a floating IP) and the workload
 // cluster. The approver approves a CSR for the Machine's addresses (the
 // floating IP included, which no Node reports), leaves one for another
-// Machine's address pending with a Warning on the node's Machine, picks up
-// a rotated kubeconfig and lets go of a deleted Cluster.
+// Machine's address pending with a Warning on the node's Machine, and picks
+// up a Cluster that appears while it runs, a rotated kubeconfig and a
+// deleted Cluster, without a restart.
 func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	workers := cluster.Workers()
@@ -150,6 +151,26 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	kubeconfig, err := os.ReadFile(writeKubeconfig(t, cluster.AdminConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the Cluster API approver decides; it starts before the Cluster
+	// exists, which it then picks up as it appears.
+	scaleApprover(t, ctx, 0)
+	t.Cleanup(func() { restoreApprover(t) })
+	mgmt := filepath.Join(t.TempDir(), "management.kubeconfig")
+	if err := os.WriteFile(mgmt, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi")
+	waitLog := func(what string) {
+		t.Helper()
+		if err := localcluster.Poll(ctx, time.Minute, "the approver to log "+what, func() (bool, error) { return a.has(what), nil }); err != nil {
+			t.Fatalf("%v\n%s", err, a)
+		}
+	}
+	waitLog("Serving Cluster API workload clusters")
 	dyn := dynamic.NewForConfigOrDie(cluster.AdminConfig())
 	create := func(gvr any, obj map[string]any) {
 		t.Helper()
@@ -181,10 +202,6 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	}
 	machine("machine-"+w1.Name, w1.Name, w1.IP, floating)
 	machine("machine-"+w2.Name, w2.Name, w2.IP)
-	kubeconfig, err := os.ReadFile(writeKubeconfig(t, cluster.AdminConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: capi.KubeconfigSecretName(name), Namespace: ns, Labels: map[string]string{capi.ClusterNameLabel: name}},
 		Type:       capi.KubeconfigSecretType,
@@ -194,20 +211,6 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Only the Cluster API approver decides.
-	scaleApprover(t, ctx, 0)
-	t.Cleanup(func() { restoreApprover(t) })
-	mgmt := filepath.Join(t.TempDir(), "management.kubeconfig")
-	if err := os.WriteFile(mgmt, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi")
-	waitLog := func(what string) {
-		t.Helper()
-		if err := localcluster.Poll(ctx, time.Minute, "the approver to log "+what, func() (bool, error) { return a.has(what), nil }); err != nil {
-			t.Fatalf("%v\n%s", err, a)
-		}
-	}
 	waitLog("Serving workload cluster")
 
 	// The Machine's addresses, the floating IP included.
