@@ -168,17 +168,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		o.Controller.Policy.APIServerHostRule = "label " + key
 	}
 
-	// Events go through a client of their own: they are records, and must
-	// not spend the rate budget of the approvals they record.
-	events := o.EventClient
-	if events == nil {
-		events = client
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+	recorder, stopEvents := eventRecorder(ctx, client, o)
+	defer stopEvents()
 
 	ctrl, err = controller.New(o.Controller, client, csrInformer, recorder, reg)
 	if err != nil {
@@ -267,15 +258,8 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 	if o.RemoveStartupTaint.Key != "" {
 		return fmt.Errorf("--inventory=capi serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
 	}
-	events := o.EventClient
-	if events == nil {
-		events = client
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+	recorder, stopEvents := eventRecorder(ctx, client, o)
+	defer stopEvents()
 	cfg := o.CAPI
 	cfg.Controller = o.Controller
 	mgr := capi.New(cfg, client, o.Dynamic, recorder, reg)
@@ -285,6 +269,20 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 			klog.FromContext(ctx).Error(err, "Cluster API mode stopped")
 		}
 	})
+}
+
+// eventRecorder records the approver's events through a client of their
+// own (Options.EventClient): they are records, and must not spend the rate
+// budget of the approvals they record. stop flushes and ends it.
+func eventRecorder(ctx context.Context, client kubernetes.Interface, o Options) (recorder record.EventRecorder, stop func()) {
+	events := o.EventClient
+	if events == nil {
+		events = client
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(4)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"}), broadcaster.Shutdown
 }
 
 // elect runs lead while this replica holds the Lease (at once without
