@@ -100,7 +100,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.reg.Unregister(m.served)
-	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(m.dyn, 0, metav1.NamespaceAll, func(lo *metav1.ListOptions) {})
+	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(m.dyn, 0)
 	clusterInformer := dynamicinformer.NewFilteredDynamicInformer(m.dyn, ClusterGVR, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = m.cfg.Selector.String() })
 	m.clusters = clusterInformer.Lister()
@@ -119,37 +119,25 @@ func (m *Manager) Run(ctx context.Context) error {
 	secretInformer := secretFactory.Core().V1().Secrets()
 	m.secrets = secretInformer.Lister()
 
-	enqueueCluster := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+	if err := onEvery(clusterInformer.Informer(), func(obj any) {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			m.queue.Add(key)
 		}
-	}
-	if _, err := clusterInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueueCluster, UpdateFunc: func(_, o any) { enqueueCluster(o) }, DeleteFunc: enqueueCluster,
 	}); err != nil {
 		return err
 	}
-	secretEvent := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
+	if err := onEvery(secretInformer.Informer(), func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
 			if c := s.Labels[ClusterNameLabel]; c != "" {
 				m.queue.Add(s.Namespace + "/" + c)
 			}
 		}
-	}
-	if _, err := secretInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: secretEvent, UpdateFunc: func(_, o any) { secretEvent(o) }, DeleteFunc: secretEvent,
 	}); err != nil {
 		return err
 	}
 	// A Machine's addresses are its node's inventory: re-evaluate that
 	// node's pending CSRs when they change.
-	machineEvent := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
+	if err := onEvery(m.machines, func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
 			return
@@ -168,9 +156,6 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			w.mu.Unlock()
 		}
-	}
-	if _, err := m.machines.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: machineEvent, UpdateFunc: func(_, o any) { machineEvent(o) }, DeleteFunc: machineEvent,
 	}); err != nil {
 		return err
 	}
@@ -191,6 +176,22 @@ func (m *Manager) Run(ctx context.Context) error {
 	for m.next(ctx) {
 	}
 	return nil
+}
+
+// onEvery calls f with the object of every add, update and delete of inf
+// (a deletion's last known state when the informer missed the delete).
+func onEvery(inf cache.SharedIndexInformer, f func(obj any)) error {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    f,
+		UpdateFunc: func(_, cur any) { f(cur) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			f(obj)
+		},
+	})
+	return err
 }
 
 func (m *Manager) next(ctx context.Context) bool {
@@ -297,7 +298,6 @@ func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj ru
 	cfg.Inventory = inv
 	cfg.Policy.APIServerHost = inv.HostsAPIServer
 	cfg.Policy.APIServerHostRule = "its Machine labelled " + ControlPlaneLabel
-	var ctrl *controller.Controller
 	endpoints, err := apiserver.New(client, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -316,7 +316,7 @@ func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj ru
 	onCSR := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
 	reg := &registrations{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key}, m.reg)}
 	defer reg.unregisterAll()
-	ctrl, err = controller.New(cfg, client, csrInformer, machineEvents{onCSR: onCSR, onMachine: m.recorder, inv: inv, cluster: clusterObj}, reg)
+	ctrl, err := controller.New(cfg, client, csrInformer, machineEvents{onCSR: onCSR, onMachine: m.recorder, inv: inv, cluster: clusterObj}, reg)
 	if err != nil {
 		return err
 	}
@@ -359,13 +359,6 @@ func (m *Manager) stopAll() {
 	for _, k := range keys {
 		m.stop(k)
 	}
-}
-
-// Serving reports whether the workload cluster namespace/name is served.
-func (m *Manager) Serving(key string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.running[key] != nil
 }
 
 // machineEvents records the controller's events on the CSR in the workload
