@@ -24,8 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/certready/certready/e2e/deploy"
 )
 
 const chartDir = "../../charts/certready"
@@ -97,7 +100,7 @@ func splitYAML(t *testing.T, manifest string) []map[string]any {
 // put what else it needs there.
 func kustomizeMaps(t *testing.T, kustomization string, setup func(dir string)) []map[string]any {
 	t.Helper()
-	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".chart-test-")
+	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".overlay-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +115,12 @@ func kustomizeMaps(t *testing.T, kustomization string, setup func(dir string)) [
 	if err != nil {
 		t.Fatalf("kustomize build of\n%s: %v", kustomization, err)
 	}
+	return resMaps(t, m)
+}
+
+// resMaps is a kustomize build as plain objects.
+func resMaps(t *testing.T, m resmap.ResMap) []map[string]any {
+	t.Helper()
 	out, err := m.AsYaml()
 	if err != nil {
 		t.Fatal(err)
@@ -160,14 +169,7 @@ func byKey(t *testing.T, objs []map[string]any) map[string]map[string]any {
 // component patches that DaemonSet.
 func npdDeployment(t *testing.T) func(dir string) {
 	return func(dir string) {
-		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/node-problem-detector")
-		cmd.Dir = "../.." // the root module requires it
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list -m k8s.io/node-problem-detector: %v", err)
-		}
-		src := filepath.Join(strings.TrimSpace(string(out)), "deployment")
-		if err := os.CopyFS(filepath.Join(dir, "npd"), os.DirFS(src)); err != nil {
+		if err := deploy.NPDDeployment("../..", filepath.Join(dir, "npd")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -271,11 +273,14 @@ var everyValue = map[string]any{
 	"npd":               map[string]any{"enabled": false},
 }
 
+// decodeStrict decodes every object into its API type, unknown fields
+// refused (the CRD kinds are checked elsewhere: schema or promtool).
 func decodeStrict(t *testing.T, objs []map[string]any) []runtime.Object {
 	t.Helper()
 	var out []runtime.Object
 	for _, m := range objs {
 		kind, _ := m["kind"].(string)
+		name, _ := m["metadata"].(map[string]any)["name"].(string)
 		if crdKinds[kind] {
 			continue
 		}
@@ -285,7 +290,7 @@ func decodeStrict(t *testing.T, objs []map[string]any) []runtime.Object {
 		}
 		obj, _, err := strict.Decode(data, nil, nil)
 		if err != nil {
-			t.Errorf("%s does not decode strictly: %v", kind, err)
+			t.Errorf("%s %s does not decode strictly: %v", kind, name, err)
 			continue
 		}
 		out = append(out, obj)

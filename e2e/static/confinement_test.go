@@ -1,8 +1,6 @@
 package static
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/certready/certready/internal/names"
 )
@@ -22,19 +18,7 @@ import (
 // inside manifests/overlays (kustomize takes only relative paths).
 func buildOverlay(t *testing.T, kustomization string) []runtime.Object {
 	t.Helper()
-	dir, err := os.MkdirTemp(filepath.Join(root, "overlays"), ".overlay-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build of\n%s: %v", kustomization, err)
-	}
-	return decodeAll(t, m)
+	return decodeStrict(t, kustomizeMaps(t, kustomization, nil))
 }
 
 // evalBool evaluates a policy's CEL expression over plain maps standing in

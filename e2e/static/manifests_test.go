@@ -51,23 +51,7 @@ var crdKinds = map[string]bool{"NodeReadinessRule": true, "ServiceMonitor": true
 
 func decodeAll(t *testing.T, m resmap.ResMap) []runtime.Object {
 	t.Helper()
-	var out []runtime.Object
-	for _, r := range m.Resources() {
-		if crdKinds[r.GetKind()] {
-			continue
-		}
-		data, err := r.AsYAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj, _, err := strict.Decode(data, nil, nil)
-		if err != nil {
-			t.Errorf("%s %s does not decode strictly: %v", r.GetKind(), r.GetName(), err)
-			continue
-		}
-		out = append(out, obj)
-	}
-	return out
+	return decodeStrict(t, resMaps(t, m))
 }
 
 func TestOverlaysBuildAndDecodeStrictly(t *testing.T) {

@@ -7,7 +7,6 @@ package suite
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -100,13 +99,7 @@ func npdOverlay(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/node-problem-detector")
-	cmd.Dir = "../.."
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -m k8s.io/node-problem-detector: %v", err)
-	}
-	if err := os.CopyFS(filepath.Join(dir, "npd", "upstream"), os.DirFS(filepath.Join(strings.TrimSpace(string(out)), "deployment"))); err != nil {
+	if err := deploy.NPDDeployment("../..", filepath.Join(dir, "npd", "upstream")); err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{
