@@ -282,6 +282,16 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		}
 		return 0, nil
 	}
+	// keep leaves the CSR pending: the label first, so that by the time an
+	// operator (or a test) reads the Warning, the node's agent already sees
+	// its request; then the Warning. When the label could not be written,
+	// no Warning yet: the retry records it.
+	keep := func(rule policy.Rule, msg string) (requeue time.Duration, warned bool, err error) {
+		if requeue, err = relabel(); requeue != 0 || err != nil {
+			return requeue, false, err
+		}
+		return 0, c.warnOnce(csr, rule, msg), nil
+	}
 	if !isPending(csr) {
 		c.decided.Delete(csr.UID)
 		return relabel()
@@ -293,15 +303,14 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	// that one alone, and a node's pile of requests cannot crowd out others.
 	if newer := c.newer(csr); newer != "" {
 		c.metrics.decisions.WithLabelValues("superseded", string(policy.RuleSuperseded)).Inc()
-		c.warnOnce(csr, policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
-		return relabel()
+		requeue, _, err := keep(policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
+		return requeue, err
 	}
 	if n, max := c.pending.nodes(), c.maxPending(); n >= max {
 		c.metrics.floodGuard.Set(1)
 		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
-		c.warnOnce(csr, policy.RuleFloodGuard, fmt.Sprintf("%s: %d distinct nodes have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max))
-		if _, err := relabel(); err != nil {
-			return 0, err
+		if requeue, _, err := keep(policy.RuleFloodGuard, fmt.Sprintf("%s: %d distinct nodes have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max)); requeue != 0 || err != nil {
+			return requeue, err
 		}
 		return c.cfg.FloodRetry, nil
 	}
@@ -326,8 +335,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, nil
 	case d.Transient:
 		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
-		c.warnOnce(csr, d.Rule, d.Message+" (will retry)")
-		if _, err := relabel(); err != nil {
+		if _, _, err := keep(d.Rule, d.Message+" (will retry)"); err != nil {
 			return 0, err
 		}
 		return -1, nil
@@ -341,10 +349,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, nil
 	default:
 		c.metrics.decisions.WithLabelValues("refused", string(d.Rule)).Inc()
-		if c.warnOnce(csr, d.Rule, d.Message+" (left pending)") {
+		requeue, warned, err := keep(d.Rule, d.Message+" (left pending)")
+		if warned {
 			logger.Info("Left pending", "node", d.Node, "message", d.Message)
 		}
-		return relabel()
+		return requeue, err
 	}
 }
 

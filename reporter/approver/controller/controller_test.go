@@ -50,6 +50,7 @@ type env struct {
 	t    *testing.T
 	cs   *fake.Clientset
 	rec  *record.FakeRecorder
+	seen *storeAtEvent
 	inv  *inventory.Static
 	ctrl *controller.Controller
 	reg  *prometheus.Registry
@@ -69,6 +70,7 @@ func startWith(t *testing.T, cs *fake.Clientset, cfg controller.Config) *env {
 func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool) *env {
 	t.Helper()
 	e := &env{t: t, cs: cs, rec: record.NewFakeRecorder(1000), reg: prometheus.NewRegistry()}
+	e.seen = &storeAtEvent{FakeRecorder: e.rec, cs: cs, labels: map[string]map[string]string{}}
 	e.inv = inventory.NewStatic("test", map[string]inventory.Entry{
 		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
 		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
@@ -76,7 +78,7 @@ func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool)
 	cfg.Inventory = e.inv
 	f := informers.NewSharedInformerFactory(e.cs, 0)
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
-	ctrl, err := controller.New(cfg, e.cs, inf, e.rec, e.reg)
+	ctrl, err := controller.New(cfg, e.cs, inf, e.seen, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +94,34 @@ func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool)
 	e.stop = func() { cancel(); wg.Wait(); f.Shutdown() }
 	t.Cleanup(e.stop)
 	return e
+}
+
+// storeAtEvent is the fake recorder, and it also notes what the API (the
+// fake store) held for the CSR at the moment the controller recorded an
+// event about it: what a reader of that event would find.
+type storeAtEvent struct {
+	*record.FakeRecorder
+	cs     *fake.Clientset
+	mu     sync.Mutex
+	labels map[string]map[string]string // "<csr> <reason>" -> its labels then
+}
+
+func (s *storeAtEvent) Event(obj runtime.Object, kind, reason, msg string) {
+	if o, ok := obj.(metav1.Object); ok {
+		if cur, err := s.cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), o.GetName(), metav1.GetOptions{}); err == nil {
+			s.mu.Lock()
+			s.labels[o.GetName()+" "+reason] = cur.Labels
+			s.mu.Unlock()
+		}
+	}
+	s.FakeRecorder.Event(obj, kind, reason, msg)
+}
+
+func (s *storeAtEvent) labelsAt(name, reason string) (map[string]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.labels[name+" "+reason]
+	return l, ok
 }
 
 func (e *env) get(name string) *certv1.CertificateSigningRequest {
@@ -230,6 +260,45 @@ func TestMismatchStaysPendingWithAWarningNamingTheRule(t *testing.T) {
 	c := e.waitFor("csr-bad", "labelled", labelled)
 	if len(c.Status.Conditions) != 0 {
 		t.Errorf("a mismatch was decided: %+v", c.Status.Conditions)
+	}
+}
+
+// TestAWarningComesAfterTheLabel: every path that keeps a CSR pending labels
+// it before it records why, so that whoever reads the Warning finds the
+// request already visible to the node's agent (the label is what the
+// agent's informer selects on). The fake recorder records synchronously, so
+// the label must be in the store when the event arrives.
+func TestAWarningComesAfterTheLabel(t *testing.T) {
+	older := func(name, node, ip string) *certv1.CertificateSigningRequest {
+		c := csr(t, name, node, ip, signer)
+		c.UID = types.UID(name)
+		c.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+		return c
+	}
+	newer := csr(t, "csr-newer", "w1", "192.0.2.99", signer)
+	newer.UID = "csr-newer"
+	for _, tc := range []struct {
+		name, csr, node string
+		rule            policy.Rule
+		cfg             controller.Config
+		objs            []runtime.Object
+	}{
+		{"left pending", "csr-bad", "w1", policy.RuleIPSANNotInInventory, controller.Config{}, []runtime.Object{csr(t, "csr-bad", "w1", "192.0.2.99", signer)}},
+		{"will retry", "csr-new", "w3", policy.RuleNodeNotInInventory, controller.Config{}, []runtime.Object{csr(t, "csr-new", "w3", "192.0.2.13", signer)}},
+		{"flood guard", "csr-1", "w1", policy.RuleFloodGuard, controller.Config{MaxPending: 1, FloodRetry: time.Hour}, []runtime.Object{csr(t, "csr-1", "w1", "192.0.2.11", signer)}},
+		{"superseded", "csr-older", "w1", policy.RuleSuperseded, controller.Config{}, []runtime.Object{older("csr-older", "w1", "192.0.2.99"), newer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, tc.cfg, true, tc.objs...)
+			e.waitEvent("Warning " + string(tc.rule))
+			l, ok := e.seen.labelsAt(tc.csr, string(tc.rule))
+			if !ok {
+				t.Fatalf("the %s Warning was not about %s", tc.rule, tc.csr)
+			}
+			if l[names.NodeLabel] != tc.node {
+				t.Errorf("%s recorded while %s carried labels %v: the node's agent could not yet see its request", tc.rule, tc.csr, l)
+			}
+		})
 	}
 }
 
