@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -46,6 +47,9 @@ type Config struct {
 	// QPS and Burst of each workload cluster's client.
 	QPS   float32
 	Burst int
+	// Connect builds a workload cluster's client from its kubeconfig
+	// (kubernetes.NewForConfig when nil; tests hand out fakes by host).
+	Connect func(*rest.Config) (kubernetes.Interface, error)
 }
 
 // Manager serves every selected Cluster: one approver controller per
@@ -81,6 +85,9 @@ type workload struct {
 func New(cfg Config, mgmt kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, reg prometheus.Registerer) *Manager {
 	if cfg.Selector == nil {
 		cfg.Selector = labels.Everything()
+	}
+	if cfg.Connect == nil {
+		cfg.Connect = func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) }
 	}
 	m := &Manager{cfg: cfg, mgmt: mgmt, dyn: dyn, reg: reg, recorder: recorder, running: map[string]*workload{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -256,7 +263,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 		return nil // retried when the Secret changes
 	}
 	cfg.UserAgent, cfg.QPS, cfg.Burst = m.cfg.UserAgent, m.cfg.QPS, m.cfg.Burst
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := m.cfg.Connect(cfg)
 	if err != nil {
 		return err
 	}

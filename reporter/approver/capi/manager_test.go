@@ -1,0 +1,326 @@
+package capi_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/certready/certready/reporter/approver/apiserver"
+	"github.com/certready/certready/reporter/approver/capi"
+)
+
+// clusterObj is a Cluster as Cluster API stores it (only metadata is read).
+func clusterObj(ns, name string, lbls map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster"}}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetLabels(lbls)
+	return u
+}
+
+// kubeconfigSecret is the Secret Cluster API keeps for a cluster, its
+// kubeconfig naming server (never dialled: the test's Connect hands out a
+// fake by host).
+func kubeconfigSecret(t *testing.T, ns, cluster, server string) *corev1.Secret {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: "not-a-secret"}
+	cfg.Contexts["admin@"+cluster] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: "admin"}
+	cfg.CurrentContext = "admin@" + cluster
+	value, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: capi.KubeconfigSecretName(cluster), ResourceVersion: "1", Labels: map[string]string{capi.ClusterNameLabel: cluster}},
+		Type:       capi.KubeconfigSecretType,
+		Data:       map[string][]byte{"value": value},
+	}
+}
+
+// workloadCluster is a fake workload API server with the API server's own
+// EndpointSlice, as every cluster has.
+func workloadCluster(apiserverIP string) *fake.Clientset {
+	ready := true
+	cs := fake.NewClientset(&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: apiserver.Namespace, Name: apiserver.Name, Labels: map[string]string{discoveryv1.LabelServiceName: apiserver.Name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{apiserverIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	})
+	// The fake's watch hands out its stored object itself for objects
+	// created between the informer's list and its watch (client-go
+	// v0.37.2 testing/fixture.go, tracker.Watch); the informer's trimming
+	// transform then writes into the store. A real watch decodes a copy:
+	// so does this one.
+	cs.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		var opts []metav1.ListOptions
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = append(opts, wa.ListOptions)
+		}
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts...)
+		if err != nil {
+			return false, nil, err
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			ev.Object = ev.Object.DeepCopyObject()
+			return ev, true
+		}), nil
+	})
+	return cs
+}
+
+type managerEnv struct {
+	t        *testing.T
+	mgmt     *fake.Clientset
+	dyn      *dynamicfake.FakeDynamicClient
+	rec      *record.FakeRecorder
+	reg      *prometheus.Registry
+	mu       sync.Mutex
+	byHost   map[string]*fake.Clientset
+	connects map[string]int
+}
+
+func newManagerEnv(t *testing.T) *managerEnv {
+	return &managerEnv{t: t, rec: record.NewFakeRecorder(1000), reg: prometheus.NewRegistry(), byHost: map[string]*fake.Clientset{}, connects: map[string]int{}}
+}
+
+// start runs the manager over a management cluster holding objs (Clusters
+// and Machines) and secrets.
+func (e *managerEnv) start(selector labels.Selector, objs []runtime.Object, secrets ...runtime.Object) {
+	t := e.t
+	t.Helper()
+	e.mgmt = fake.NewClientset(secrets...)
+	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{capi.ClusterGVR: "ClusterList", capi.MachineGVR: "MachineList"}, objs...)
+	m := capi.New(capi.Config{
+		Selector: selector,
+		Connect: func(c *rest.Config) (kubernetes.Interface, error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			cs, ok := e.byHost[c.Host]
+			if !ok {
+				return nil, fmt.Errorf("no workload cluster at %s", c.Host)
+			}
+			e.connects[c.Host]++
+			return cs, nil
+		},
+	}, e.mgmt, e.dyn, e.rec, e.reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func (e *managerEnv) workload(host, apiserverIP string) *fake.Clientset {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cs := workloadCluster(apiserverIP)
+	e.byHost[host] = cs
+	return cs
+}
+
+func (e *managerEnv) connected(host string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.connects[host]
+}
+
+// poll checks ok until it holds, for up to 10 s.
+func (e *managerEnv) poll(what string, ok func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("never %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func approvedIn(cs *fake.Clientset, name string) bool {
+	c, err := cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == certv1.CertificateApproved {
+			return true
+		}
+	}
+	return false
+}
+
+func create(t *testing.T, cs *fake.Clientset, c *certv1.CertificateSigningRequest) {
+	t.Helper()
+	if _, err := cs.CertificatesV1().CertificateSigningRequests().Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gauge reads an unlabelled gauge, or -1 when it is not registered.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// clusterLabelled says whether a metric family carries a series with
+// cluster=<key>.
+func clusterLabelled(t *testing.T, reg *prometheus.Registry, name, key string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == key {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestManagerFollowsClustersAndTheirKubeconfigs runs the manager over a
+// fake management cluster: a selected Cluster with its Secret is served
+// (its CSRs decided against its Machines, re-evaluated when a Machine's
+// addresses change, refusals recorded on the Machine), a rotated kubeconfig
+// reconnects, a deleted Cluster is let go; an unselected Cluster is never
+// connected and an unusable kubeconfig is named on its Cluster.
+func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
+	selected := map[string]string{"certready.io/serve": "yes"}
+	worker := machine("tenant-a", "md-0-a", "prod", "prod-md-0-a", [2]string{"InternalIP", "10.0.0.11"})
+	objs := []runtime.Object{
+		clusterObj("tenant-a", "prod", selected),
+		clusterObj("tenant-a", "other", nil), // not selected
+		clusterObj("tenant-a", "broken", selected),
+		worker,
+		machine("tenant-a", "md-0-b", "prod", "prod-md-0-b", [2]string{"InternalIP", "10.0.0.12"}),
+	}
+	e := newManagerEnv(t)
+	prodA := e.workload("https://prod-a.invalid", "10.0.0.1")
+	e.workload("https://other.invalid", "10.9.0.1")
+	e.start(labels.SelectorFromSet(selected), objs,
+		kubeconfigSecret(t, "tenant-a", "prod", "https://prod-a.invalid"),
+		kubeconfigSecret(t, "tenant-a", "other", "https://other.invalid"))
+
+	good := csr(t, "prod-md-0-a", []string{"10.0.0.11"})
+	create(t, prodA, good)
+	e.poll("approved the CSR of a node whose Machine records its address", func() bool { return approvedIn(prodA, good.Name) })
+	if got := gauge(t, e.reg, "certready_approver_capi_clusters"); got != 1 {
+		t.Errorf("certready_approver_capi_clusters %v, want 1 (prod; other is not selected, broken has no Secret)", got)
+	}
+	// The counter follows the approval write.
+	e.poll("labelled the workload cluster's decisions cluster=tenant-a/prod", func() bool {
+		return clusterLabelled(t, e.reg, "certready_approver_decisions_total", "tenant-a/prod")
+	})
+
+	// A request for an address the Machine does not record stays pending,
+	// with a Warning on the Machine; once the provider records the address
+	// (a floating IP attached), it is approved without a restart.
+	floating := csr(t, "prod-md-0-b", []string{"10.0.0.12", "203.0.113.12"})
+	create(t, prodA, floating)
+	var ev string
+	e.poll("recorded the refusal on the Machine", func() bool {
+		select {
+		case ev = <-e.rec.Events:
+			return strings.HasPrefix(ev, "Warning IPSANNotInInventory")
+		default:
+			return false
+		}
+	})
+	if !strings.Contains(ev, "CSR csr-prod-md-0-b of node prod-md-0-b in Cluster tenant-a/prod") || !strings.Contains(ev, "203.0.113.12") {
+		t.Errorf("Machine event %q", ev)
+	}
+	mb := machine("tenant-a", "md-0-b", "prod", "prod-md-0-b", [2]string{"InternalIP", "10.0.0.12"}, [2]string{"ExternalIP", "203.0.113.12"})
+	if _, err := e.dyn.Resource(capi.MachineGVR).Namespace("tenant-a").Update(context.Background(), mb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("approved the request once its Machine recorded the floating IP", func() bool { return approvedIn(prodA, floating.Name) })
+
+	// Rotation: the Secret now points at another endpoint; the manager
+	// reconnects there and serves it.
+	prodB := e.workload("https://prod-b.invalid", "10.0.0.1")
+	rotated := kubeconfigSecret(t, "tenant-a", "prod", "https://prod-b.invalid")
+	rotated.ResourceVersion = "2" // the fake keeps what it is given; an API server moves it on every write
+	if _, err := e.mgmt.CoreV1().Secrets("tenant-a").Update(context.Background(), rotated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	afterRotation := csr(t, "prod-md-0-a", []string{"10.0.0.11"})
+	create(t, prodB, afterRotation)
+	e.poll("approved through the rotated kubeconfig", func() bool { return approvedIn(prodB, afterRotation.Name) })
+
+	// The broken Cluster's Secret arrives with a kubeconfig that is none:
+	// named on the Cluster, not served.
+	bad := kubeconfigSecret(t, "tenant-a", "broken", "https://broken.invalid")
+	bad.Data["value"] = []byte("this is not a kubeconfig: [")
+	if _, err := e.mgmt.CoreV1().Secrets("tenant-a").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("named the unusable kubeconfig", func() bool {
+		select {
+		case ev = <-e.rec.Events:
+			return strings.HasPrefix(ev, "Warning KubeconfigUnusable") && strings.Contains(ev, "tenant-a/broken-kubeconfig")
+		default:
+			return false
+		}
+	})
+
+	// Deleting the Cluster lets it go.
+	if err := e.dyn.Resource(capi.ClusterGVR).Namespace("tenant-a").Delete(context.Background(), "prod", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("stopped serving the deleted Cluster", func() bool { return gauge(t, e.reg, "certready_approver_capi_clusters") == 0 })
+	e.poll("unregistered the deleted Cluster's metrics", func() bool {
+		return !clusterLabelled(t, e.reg, "certready_approver_decisions_total", "tenant-a/prod")
+	})
+
+	if n := e.connected("https://other.invalid"); n != 0 {
+		t.Errorf("connected %d times to a Cluster the selector leaves out", n)
+	}
+	if n := e.connected("https://prod-a.invalid"); n != 1 {
+		t.Errorf("connected %d times with the first kubeconfig, want 1 (reconnect only on rotation)", n)
+	}
+}
