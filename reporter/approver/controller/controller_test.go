@@ -211,7 +211,12 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 	}
 	e.waitEvent("Normal " + string(policy.RuleApproved))
 	// The approver's own share is timed, and its record goes with the
-	// decision (nothing kept per decided CSR).
+	// decision (nothing kept per decided CSR). Both follow the approval
+	// write and its event: wait for the observation, then look.
+	deadline := time.Now().Add(10 * time.Second)
+	for histogramCount(t, e.reg, "certready_approver_decision_seconds") == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if n := histogramCount(t, e.reg, "certready_approver_decision_seconds"); n != 1 {
 		t.Errorf("certready_approver_decision_seconds counted %d decisions, want 1", n)
 	}
