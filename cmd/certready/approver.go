@@ -107,6 +107,9 @@ func runApprover(ctx context.Context, args []string) int {
 	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod) {
 		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))
 	}
+	if err := checkInventoryMode(o.InventorySpec, capiSelector, o.SharedAddressesOK); err != nil {
+		return fail(err)
+	}
 	o.ConditionType = corev1.NodeConditionType(condType)
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
@@ -130,8 +133,6 @@ func runApprover(ctx context.Context, args []string) int {
 			return fail(err)
 		}
 		o.CAPI.UserAgent, o.CAPI.QPS, o.CAPI.Burst = "certready-approver/"+version, kf.qps, kf.burst
-	} else if capiSelector != "" {
-		return fail(fmt.Errorf("--capi-cluster-selector needs --inventory=capi"))
 	}
 	// Events get a client (and so a client-side rate limit) of their own,
 	// at the old default: in a storm, approval events wait (or are dropped
@@ -167,4 +168,17 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// checkInventoryMode refuses flags that would do nothing with the chosen
+// inventory, rather than let an operator believe they act.
+func checkInventoryMode(inventory, capiSelector string, sharedAddressesOK bool) error {
+	capi := inventory == "capi"
+	switch {
+	case !capi && capiSelector != "":
+		return fmt.Errorf("--capi-cluster-selector needs --inventory=capi (it selects Cluster API workload clusters; --inventory is %q)", inventory)
+	case capi && sharedAddressesOK:
+		return fmt.Errorf("--allow-shared-addresses does nothing with --inventory=capi: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
+	}
+	return nil
 }

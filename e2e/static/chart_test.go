@@ -402,6 +402,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"digest without its algorithm", map[string]any{"image": map[string]any{"digest": "abc123"}}, `image.digest "abc123"`},
 		{"npd and the agent both writing the condition", map[string]any{"npd": map[string]any{"enabled": true}}, "set agent.enabled=false"},
 		{"npd beside the Cluster API mode", map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}, "capi": map[string]any{"enabled": true}}, "install them apart"},
+		{"shared addresses beside the Cluster API mode", map[string]any{"capi": map[string]any{"enabled": true}, "approver": map[string]any{"policy": map[string]any{"allowSharedAddresses": true}}}, "always refuses one two Machines claim"},
 		{"a value the chart does not have", map[string]any{"approvr": map[string]any{"replicas": 1}}, "approvr"},
 		{"a mistyped value", map[string]any{"approver": map[string]any{"replicas": "two"}}, "replicas"},
 	} {
