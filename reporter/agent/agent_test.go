@@ -30,6 +30,7 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/condition"
@@ -206,13 +207,12 @@ func (h *harness) condition() *corev1.NodeCondition {
 // waitFor polls the node until its condition has reason, or fails at the deadline.
 func (h *harness) waitFor(reason verdict.Reason) *corev1.NodeCondition {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
 	var last *corev1.NodeCondition
-	for time.Now().Before(deadline) {
-		if last = h.condition(); last != nil && last.Reason == string(reason) {
-			return last
-		}
-		time.Sleep(10 * time.Millisecond)
+	if testwait.Until(15*time.Second, func() bool {
+		last = h.condition()
+		return last != nil && last.Reason == string(reason)
+	}) {
+		return last
 	}
 	h.t.Fatalf("condition never reached %s; last: %+v", reason, last)
 	return nil
@@ -320,12 +320,8 @@ func TestBootstrapThenRotation(t *testing.T) {
 // poll waits for cond, or fails at the deadline.
 func (h *harness) poll(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(15*time.Second, cond) {
+		h.t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -597,19 +593,15 @@ func TestGarbageCollectedCSRKeepsAVerifiedNodeReady(t *testing.T) {
 	if err := h.cs.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), "csr-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c := h.condition()
-		if strings.Contains(c.Message, "since garbage-collected") {
-			if c.Status != corev1.ConditionFalse {
-				t.Fatalf("condition %+v", c)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("message never named the remembered proof: %+v", c)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var c *corev1.NodeCondition
+	if !testwait.Until(15*time.Second, func() bool {
+		c = h.condition()
+		return strings.Contains(c.Message, "since garbage-collected")
+	}) {
+		t.Fatalf("message never named the remembered proof: %+v", c)
+	}
+	if c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v", c)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/apiserver"
 )
 
@@ -38,19 +39,15 @@ func TestEndpointsFollowTheAPIServersSlice(t *testing.T) {
 	e.Start(ctx)
 	want := func(w ...string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var got []string
+		var got []string
+		if !testwait.Until(10*time.Second, func() bool {
+			got = nil
 			for _, a := range e.Addresses() {
 				got = append(got, a.String())
 			}
-			if e.HasSynced() && slices.Equal(got, w) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("addresses %v, want %v", got, w)
-			}
-			time.Sleep(10 * time.Millisecond)
+			return e.HasSynced() && slices.Equal(got, w)
+		}) {
+			t.Fatalf("addresses %v, want %v", got, w)
 		}
 	}
 	want("192.0.2.1", "192.0.2.2")

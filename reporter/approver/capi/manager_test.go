@@ -27,6 +27,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
 )
@@ -156,12 +157,8 @@ func (e *managerEnv) connected(host string) int {
 // poll checks ok until it holds, for up to 10 s.
 func (e *managerEnv) poll(what string, ok func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("never %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, ok) {
+		e.t.Fatalf("never %s", what)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
@@ -134,17 +135,11 @@ func (e *env) get(name string) *certv1.CertificateSigningRequest {
 
 func (e *env) waitFor(name string, what string, ok func(*certv1.CertificateSigningRequest) bool) *certv1.CertificateSigningRequest {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := e.get(name)
-		if ok(c) {
-			return c
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("CSR %s never %s: %+v", name, what, c.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var c *certv1.CertificateSigningRequest
+	if !testwait.Until(10*time.Second, func() bool { c = e.get(name); return ok(c) }) {
+		e.t.Fatalf("CSR %s never %s: %+v", name, what, c.Status)
 	}
+	return c
 }
 
 func (e *env) waitEvent(prefix string) string {
@@ -213,10 +208,7 @@ func TestApprovesAndLabelsAValidRequest(t *testing.T) {
 	// The approver's own share is timed, and its record goes with the
 	// decision (nothing kept per decided CSR). Both follow the approval
 	// write and its event: wait for the observation, then look.
-	deadline := time.Now().Add(10 * time.Second)
-	for histogramCount(t, e.reg, "certready_approver_decision_seconds") == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(10*time.Second, func() bool { return histogramCount(t, e.reg, "certready_approver_decision_seconds") > 0 })
 	if n := histogramCount(t, e.reg, "certready_approver_decision_seconds"); n != 1 {
 		t.Errorf("certready_approver_decision_seconds counted %d decisions, want 1", n)
 	}
@@ -321,12 +313,8 @@ func TestDenyOnMismatch(t *testing.T) {
 func TestOtherSignersAreNeverTouched(t *testing.T) {
 	other := csr(t, "csr-other", "w1", "192.0.2.11", "kubernetes.io/kube-apiserver-client-kubelet")
 	e := start(t, controller.Config{}, true, other)
-	deadline := time.Now().Add(10 * time.Second)
-	for !e.ctrl.Leading() {
-		if time.Now().After(deadline) {
-			t.Fatal("the controller never started leading")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testwait.Until(10*time.Second, e.ctrl.Leading) {
+		t.Fatal("the controller never started leading")
 	}
 	// Handled here, as a worker would, so that the test cannot pass before
 	// the CSR was seen. It is valid in every other respect: only the
@@ -471,12 +459,8 @@ func TestDecidedElsewhereIsNotRecordedAsOurApproval(t *testing.T) {
 		return false, nil, nil
 	})
 	e := startWith(t, cs, controller.Config{})
-	deadline := time.Now().Add(10 * time.Second)
-	for decisions(t, e.reg, "decided-elsewhere") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other actor's decision was never recorded")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return decisions(t, e.reg, "decided-elsewhere") == 1 }) {
+		t.Fatal("the other actor's decision was never recorded")
 	}
 	if got := condition(e.get("csr-other"), certv1.CertificateApproved); got == nil || got.Reason != "KubectlApprove" {
 		t.Errorf("approval condition %+v, want the other actor's only", got)
@@ -561,12 +545,8 @@ func TestOneNodesPileOfRequestsBlocksNobody(t *testing.T) {
 	e.waitFor("csr-w3", "approved despite 300 pending requests of two stuck nodes", approved)
 	// The stuck nodes' newest requests were evaluated (refused for their
 	// address); every older one was superseded, never evaluated.
-	deadline := time.Now().Add(10 * time.Second)
-	for decisions(t, e.reg, "superseded") < 298 {
-		if time.Now().After(deadline) {
-			t.Fatalf("superseded decisions %v, want 298 (all but each stuck node's newest)", decisions(t, e.reg, "superseded"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return decisions(t, e.reg, "superseded") >= 298 }) {
+		t.Fatalf("superseded decisions %v, want 298 (all but each stuck node's newest)", decisions(t, e.reg, "superseded"))
 	}
 	if v := decisions(t, e.reg, "deferred"); v != 0 {
 		t.Errorf("deferred decisions %v: the flood guard held back approvals for two identities", v)

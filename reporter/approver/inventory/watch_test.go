@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/inventory"
 )
 
@@ -26,20 +28,14 @@ func (r *reloads) add(err error) { r.mu.Lock(); r.errs = append(r.errs, err); r.
 
 func (r *reloads) waitFor(t *testing.T, what string, ok func(error) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testwait.Until(10*time.Second, func() bool {
 		r.mu.Lock()
-		for _, e := range r.errs {
-			if ok(e) {
-				r.mu.Unlock()
-				return
-			}
-		}
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload %s; got %v", what, r.errs)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer r.mu.Unlock()
+		return slices.ContainsFunc(r.errs, ok)
+	}) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("no reload %s; got %v", what, r.errs)
 	}
 }
 
@@ -89,15 +85,8 @@ func TestPollFileReloadsChangesAndKeepsTheLastGoodOnErrors(t *testing.T) {
 	go inventory.PollFile(ctx, path, s, 20*time.Millisecond, r.add)
 	r.waitFor(t, "loaded", func(err error) bool { return err == nil })
 	write("nodes: {w2: {ips: [192.0.2.12]}}")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := s.Lookup("w2"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a change was not reloaded without file events")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { _, ok := s.Lookup("w2"); return ok }) {
+		t.Fatal("a change was not reloaded without file events")
 	}
 	write("nodes: {w3: {ips: [not-an-ip]}}")
 	r.waitFor(t, "rejecting the broken file", func(err error) bool { return err != nil })

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/taint"
 )
 
@@ -182,12 +183,8 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(get("ready").Spec.Taints) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("taint never removed from the ready node")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return len(get("ready").Spec.Taints) == 0 }) {
+		t.Fatal("taint never removed from the ready node")
 	}
 	if get("ready").Annotations[taint.CompletedAnnotation] == "" {
 		t.Error("no bootstrap-completed annotation")
@@ -201,11 +198,8 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for len(get("pending").Spec.Taints) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("taint never removed after the condition turned False")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return len(get("pending").Spec.Taints) == 0 }) {
+		t.Fatal("taint never removed after the condition turned False")
 	}
 	// The silent node's agent stopped writing an hour ago: its False is not
 	// evidence, and the taint stayed through the start-up pass and every
@@ -218,11 +212,8 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, sn, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for len(get("silent").Spec.Taints) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("taint never removed after a fresh heartbeat")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return len(get("silent").Spec.Taints) == 0 }) {
+		t.Fatal("taint never removed after a fresh heartbeat")
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -259,20 +250,13 @@ func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 		}
 		return keys
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	// Fresh False: the startup taint goes, no soft taint.
-	for len(taints()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("taints %v, want none while the condition is fresh", taints())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return len(taints()) == 0 }) {
+		t.Fatalf("taints %v, want none while the condition is fresh", taints())
 	}
 	// No write to the node from here on: only the passing of time.
-	for strings.Join(taints(), ",") != soft.Key {
-		if time.Now().After(deadline) {
-			t.Fatalf("taints %v, want the soft taint once the condition went stale", taints())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return strings.Join(taints(), ",") == soft.Key }) {
+		t.Fatalf("taints %v, want the soft taint once the condition went stale", taints())
 	}
 }
 
