@@ -29,6 +29,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent"
@@ -635,32 +636,8 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 // labels include want.
 func value(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			}
-		}
+	if s := testmetrics.Series(t, reg, name, want); len(s) > 0 {
+		return testmetrics.Value(s[0])
 	}
 	return 0
 }

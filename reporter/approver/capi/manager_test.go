@@ -27,6 +27,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
@@ -185,14 +186,8 @@ func create(t *testing.T, cs *fake.Clientset, c *certv1.CertificateSigningReques
 // gauge reads an unlabelled gauge, or -1 when it is not registered.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
+	if s := testmetrics.Series(t, reg, name, nil); len(s) == 1 {
+		return testmetrics.Value(s[0])
 	}
 	return -1
 }
@@ -201,23 +196,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // cluster=<key>.
 func clusterLabelled(t *testing.T, reg *prometheus.Registry, name, key string) bool {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "cluster" && l.GetValue() == key {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return len(testmetrics.Series(t, reg, name, map[string]string{"cluster": key})) > 0
 }
 
 // TestManagerFollowsClustersAndTheirKubeconfigs runs the manager over a

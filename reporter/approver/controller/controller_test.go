@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/controller"
@@ -480,22 +481,9 @@ func TestDecidedElsewhereIsNotRecordedAsOurApproval(t *testing.T) {
 // decisions sums certready_approver_decisions_total for one decision.
 func decisions(t *testing.T, reg *prometheus.Registry, decision string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "certready_approver_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "decision" && l.GetValue() == decision {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
+	for _, m := range testmetrics.Series(t, reg, "certready_approver_decisions_total", map[string]string{"decision": decision}) {
+		sum += testmetrics.Value(m)
 	}
 	return sum
 }
@@ -639,14 +627,8 @@ func TestADecidedRequestInTheSameSecondSupersedesNothing(t *testing.T) {
 
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
+	if s := testmetrics.Series(t, reg, name, nil); len(s) > 0 {
+		return s[0].GetHistogram().GetSampleCount()
 	}
 	return 0
 }
