@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/retryqueue"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
@@ -180,7 +181,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		<-ctx.Done()
 		m.queue.ShutDown()
 	}()
-	for m.next(ctx) {
+	for retryqueue.Next(ctx, m.queue, m.reconcile, "Workload cluster not served; retrying", "cluster") {
 	}
 	return nil
 }
@@ -199,21 +200,6 @@ func onEvery(inf cache.SharedIndexInformer, f func(obj any)) error {
 		},
 	})
 	return err
-}
-
-func (m *Manager) next(ctx context.Context) bool {
-	key, quit := m.queue.Get()
-	if quit {
-		return false
-	}
-	defer m.queue.Done(key)
-	if err := m.reconcile(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Workload cluster not served; retrying", "cluster", key)
-		m.queue.AddRateLimited(key)
-		return true
-	}
-	m.queue.Forget(key)
-	return true
 }
 
 // reconcile starts, restarts or stops the workload cluster key.

@@ -32,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/retryqueue"
 	"github.com/certready/certready/reporter/condition"
 )
 
@@ -193,7 +194,7 @@ func (r *Remover) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r.next(ctx) {
+			for retryqueue.Next(ctx, r.queue, r.sync, "Removing the startup taint failed; retrying", "node") {
 			}
 		}()
 	}
@@ -201,21 +202,6 @@ func (r *Remover) Run(ctx context.Context) error {
 	r.queue.ShutDown()
 	wg.Wait()
 	return nil
-}
-
-func (r *Remover) next(ctx context.Context) bool {
-	name, shutdown := r.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer r.queue.Done(name)
-	if err := r.sync(ctx, name); err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).Error(err, "Removing the startup taint failed; retrying", "node", name)
-		r.queue.AddRateLimited(name)
-		return true
-	}
-	r.queue.Forget(name)
-	return true
 }
 
 func (r *Remover) sync(ctx context.Context, name string) error {
