@@ -264,8 +264,8 @@ func TestMismatchStaysPendingWithAWarningNamingTheRule(t *testing.T) {
 // TestAWarningComesAfterTheLabel: every path that keeps a CSR pending labels
 // it before it records why, so that whoever reads the Warning finds the
 // request already visible to the node's agent (the label is what the
-// agent's informer selects on). The fake recorder records synchronously, so
-// the label must be in the store when the event arrives.
+// agent's informer selects on). storeAtEvent notes the stored CSR's labels
+// at the moment the controller records each event.
 func TestAWarningComesAfterTheLabel(t *testing.T) {
 	older := func(name, node, ip string) *certv1.CertificateSigningRequest {
 		c := csr(t, name, node, ip, signer)
