@@ -19,6 +19,7 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/approver/taint"
 )
 
@@ -37,11 +38,13 @@ func runApprover(ctx context.Context, args []string) int {
 	fs.StringVar(&capiSelector, "capi-cluster-selector", "", "--inventory=capi: label selector of the Cluster objects to serve (empty: every Cluster).")
 	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
 	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
-	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own (a load balancer or VIP in front of the API servers), never approved as SANs. $KUBERNETES_SERVICE_HOST is added automatically; the endpoints of the default/kubernetes EndpointSlice are watched and approved only for a node labelled --apiserver-host-label, and only its own.")
+	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own, never approved as SANs, not even to an API server host. Nothing is needed here for what the approver learns itself: the default/kubernetes Service and EndpointSlice, its own kubeconfig's host, kube-public/cluster-info and the SANs of the certificate the API server presents (approved only to a node labelled --apiserver-host-label, and only its own).")
 	fs.StringVar(&o.APIServerHostLabel, "apiserver-host-label", approver.DefaultAPIServerHostLabel, "Label (key) of the Nodes that host an API server: on kubeadm and kind the API server listens on its control-plane node's address, and only such a node may have that address in its serving certificate. Must be one kubelets cannot set on themselves (node-role.kubernetes.io/ or node-restriction.kubernetes.io/). Empty: no node may.")
-	fs.StringSliceVar(&o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "The API server's external DNS names (e.g. the load balancer's), never approved as SANs. kubernetes, kubernetes.default* and *.svc* are always refused.")
+	fs.StringSliceVar(&o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "DNS names that are no node's own, never approved as SANs. The API server's names that it presents or that its clients use are learned without this; kubernetes, kubernetes.default* and *.svc* are always refused.")
 	fs.BoolVar(&o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
 	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
+	fs.IntVar(&o.Controller.Policy.MaxSANs, "max-sans", policy.DefaultMaxSANs, "Most DNS and IP SANs in one request (TooManySANs above it). A kubelet asks for its host name and the addresses in its Node status.")
+	fs.IntVar(&o.Controller.Policy.MaxRequestBytes, "max-request-bytes", policy.DefaultMaxRequestBytes, "Largest spec.request in bytes; a larger one is dropped before it is cached and refused unread (RequestTooLarge). A kubelet's request is about 500 bytes.")
 	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many distinct nodes have a kubelet-serving CSR pending (a node's older requests are superseded by its newest and count once). 0: number of inventory nodes + 100.")
 	fs.BoolVar(&o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
 	fs.IntVar(&o.Controller.Workers, "workers", 64, "Concurrent CSR workers: each waits on one API write at a time, so throughput is about workers / write latency (64 keeps pace with a 5000-node scale-up on a loaded API server; idle workers cost nothing).")
@@ -91,9 +94,6 @@ func runApprover(ctx context.Context, args []string) int {
 	if o.Controller.Policy.DenyCIDRs, err = prefixes("deny-cidrs", denied); err != nil {
 		return fail(err)
 	}
-	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
-		apiIPs = append(apiIPs, h)
-	}
 	for _, s := range apiIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil {
@@ -119,6 +119,9 @@ func runApprover(ctx context.Context, args []string) int {
 
 	client, err := kf.protobufClient("certready-approver/" + version)
 	if err != nil {
+		return fail(err)
+	}
+	if o.RESTConfig, err = kf.config("certready-approver/" + version); err != nil {
 		return fail(err)
 	}
 	if o.InventorySpec == "capi" {

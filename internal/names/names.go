@@ -36,6 +36,13 @@ const (
 	// CompletedAnnotation is set on a Node (to the time) when the
 	// approver's taint fallback lifted its readiness taint.
 	CompletedAnnotation = "certready.io/bootstrap-completed"
+
+	// DroppedRequestKey marks, in spec.extra of a cached CSR (never
+	// written back: spec is immutable), that the informer dropped its
+	// request for being larger than the bound; the value is its size. The
+	// API server overwrites spec.extra with the requester's own on
+	// creation, and the marker can only ever refuse a request.
+	DroppedRequestKey = "certready.io/dropped-request-bytes"
 )
 
 // NodeUser is the username of node's credentials.

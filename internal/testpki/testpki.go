@@ -160,6 +160,8 @@ type Request struct {
 	Emails   []string
 	URIs     []string
 	RSA      bool // an RSA-2048 key instead of ECDSA P-256
+	// Key, when set, signs the request instead of a fresh key.
+	Key crypto.Signer
 	// RawIPSANs are encoded byte for byte into a hand-made subjectAltName
 	// extension (replacing IPs, DNSNames, Emails and URIs), for encodings
 	// Go itself never produces, such as a 16-byte IPv4-mapped address.
@@ -168,11 +170,13 @@ type Request struct {
 
 // NewCSR returns a PEM CERTIFICATE REQUEST signed by a fresh key.
 func NewCSR(r Request) ([]byte, crypto.Signer, error) {
-	var key crypto.Signer
+	key := r.Key
 	var err error
-	if r.RSA {
+	switch {
+	case key != nil:
+	case r.RSA:
 		key, err = rsa.GenerateKey(rand.Reader, 2048)
-	} else {
+	default:
 		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	}
 	if err != nil {

@@ -76,7 +76,7 @@ func BenchmarkApproverCachePerNode(b *testing.B) {
 		before := liveHeap()
 		for i := 0; i < nodes; i++ {
 			n, _ := Node("KubeletServingCertNotReady")(benchNode(i))
-			c, _ := CSR(false)(benchCSR(i))
+			c, _ := CSR(CSROptions{})(benchCSR(i))
 			_ = nodeStore.Add(n)
 			_ = csrStore.Add(c)
 		}

@@ -9,11 +9,15 @@
 package trim
 
 import (
+	"maps"
 	"slices"
+	"strconv"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // Node returns a transform that keeps of a Node its metadata (labels,
@@ -43,23 +47,43 @@ func Node(conditions ...corev1.NodeConditionType) cache.TransformFunc {
 	}
 }
 
+// CSROptions say what a CSR cache keeps.
+type CSROptions struct {
+	// KeepCertificate keeps the issued certificate (the agent matches
+	// installed certificates against it; the approver never reads it).
+	KeepCertificate bool
+	// DropRequest drops every request (the agent never reads them).
+	DropRequest bool
+	// MaxRequestBytes: a pending CSR's request above it is dropped before
+	// it is cached, marked with names.DroppedRequestKey and its size, so
+	// that the policy refuses it unread. 0: keep every request.
+	MaxRequestBytes int
+}
+
 // CSR returns a transform for CertificateSigningRequests: managed fields
 // always go; once the CSR is decided (Approved, Denied or Failed), its
 // request goes too (the policy reads it only while the CSR is pending), and
-// so does the issued certificate unless keepCertificate (the agent matches
-// installed certificates against it; the approver never reads it).
-func CSR(keepCertificate bool) cache.TransformFunc {
+// so does the issued certificate unless o.KeepCertificate.
+func CSR(o CSROptions) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		c, ok := obj.(*certv1.CertificateSigningRequest)
 		if !ok {
 			return obj, nil
 		}
 		c.ManagedFields = nil
-		if decided(c) {
+		switch {
+		case decided(c) || o.DropRequest:
 			c.Spec.Request = nil
-			if !keepCertificate {
-				c.Status.Certificate = nil
+		case o.MaxRequestBytes > 0 && len(c.Spec.Request) > o.MaxRequestBytes:
+			extra := maps.Clone(c.Spec.Extra)
+			if extra == nil {
+				extra = map[string]certv1.ExtraValue{}
 			}
+			extra[names.DroppedRequestKey] = certv1.ExtraValue{strconv.Itoa(len(c.Spec.Request))}
+			c.Spec.Extra, c.Spec.Request = extra, nil
+		}
+		if decided(c) && !o.KeepCertificate {
+			c.Status.Certificate = nil
 		}
 		return c, nil
 	}

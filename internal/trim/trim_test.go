@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // kubeletNode is a Node as a kubelet reports it: thirty images, node info,
@@ -95,16 +97,21 @@ func TestCSRDropsTheRequestOnceDecided(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		decided     bool
-		keepCert    bool
+		opts        CSROptions
 		wantRequest bool
 		wantCert    bool
+		wantDropped string
 	}{
-		{"pending: the policy still reads the request", false, false, true, false},
-		{"approved and issued, approver: neither request nor certificate", true, false, false, false},
-		{"approved and issued, agent: the certificate it matches", true, true, false, true},
+		{"pending: the policy still reads the request", false, CSROptions{MaxRequestBytes: 64}, true, false, ""},
+		{"approved and issued, approver: neither request nor certificate", true, CSROptions{}, false, false, ""},
+		{"approved and issued, agent: the certificate it matches", true, CSROptions{KeepCertificate: true, DropRequest: true}, false, true, ""},
+		{"pending, agent: it never reads requests", false, CSROptions{KeepCertificate: true, DropRequest: true}, false, false, ""},
+		{"pending and over the bound: dropped unread, its size marked", false, CSROptions{MaxRequestBytes: 16}, false, false, "38"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := CSR(tc.keepCert)(csr(tc.decided))
+			in := csr(tc.decided)
+			in.Spec.Extra = map[string]certv1.ExtraValue{"requester's": {"own"}}
+			out, err := CSR(tc.opts)(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,13 +125,23 @@ func TestCSRDropsTheRequestOnceDecided(t *testing.T) {
 			if c.Spec.Username == "" || c.Labels["certready.io/node"] == "" || len(c.Status.Conditions) == 0 && tc.decided {
 				t.Errorf("what the decision reads was lost: %+v", c)
 			}
+			var dropped string
+			if v := c.Spec.Extra[names.DroppedRequestKey]; len(v) > 0 {
+				dropped = v[0]
+			}
+			if dropped != tc.wantDropped {
+				t.Errorf("dropped marker %q, want %q", dropped, tc.wantDropped)
+			}
+			if c.Spec.Extra["requester's"][0] != "own" {
+				t.Errorf("the requester's own extra was lost: %v", c.Spec.Extra)
+			}
 		})
 	}
 }
 
 func TestOtherObjectsPassUntouched(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "worker-1", Obj: kubeletNode()}
-	for _, f := range []cache.TransformFunc{Node("KubeletServingCertNotReady"), CSR(true)} {
+	for _, f := range []cache.TransformFunc{Node("KubeletServingCertNotReady"), CSR(CSROptions{KeepCertificate: true})} {
 		out, err := f(tomb)
 		if err != nil || out.(cache.DeletedFinalStateUnknown).Key != "worker-1" {
 			t.Errorf("tombstone: %v %v", out, err)

@@ -205,7 +205,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := nodeInformer.Informer().SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
 		return err
 	}
-	if err := csrInformer.Informer().SetTransform(trim.CSR(true)); err != nil {
+	if err := csrInformer.Informer().SetTransform(trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})); err != nil {
 		return err
 	}
 	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -35,6 +36,7 @@ import (
 	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/ranges"
 	"github.com/certready/certready/reporter/approver/taint"
 )
 
@@ -48,6 +50,9 @@ type Options struct {
 	// CAPI configures the "capi" mode (Dynamic reads Clusters and Machines).
 	CAPI    capi.Config
 	Dynamic dynamic.Interface
+	// RESTConfig is the approver's own connection (nil in tests): the
+	// API server's certificate is read through it.
+	RESTConfig *rest.Config
 
 	LeaderElect    bool
 	LeaseNamespace string
@@ -111,7 +116,10 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	// Cached is only what the policy, the flood guard and the taint
 	// fallback read: bounded memory per node whatever the kubelets report.
-	if err := csrInformer.SetTransform(trim.CSR(false)); err != nil {
+	// A request over the bound is dropped before it is cached (and then
+	// refused unread, RequestTooLarge): a flood of huge CSRs costs a
+	// transient decode each, not memory for as long as they are pending.
+	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()})); err != nil {
 		return err
 	}
 	if err := nodeInformer.Informer().SetTransform(trim.Node(o.ConditionType)); err != nil {
@@ -137,24 +145,48 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		addressIndex = nil
 	}
 	inv, startInventory, err := buildInventory(client, o.InventorySpec, inventory.Nodes{
-		Lister: nodeInformer.Lister(), Indexer: addressIndex, Count: func() int { return int(nodeCount.Load()) },
+		Lister: nodeInformer.Lister(), Indexer: addressIndex, NamesIndexer: nodeInformer.Informer().GetIndexer(),
+		Count: func() int { return int(nodeCount.Load()) },
 	})
 	if err != nil {
 		return err
 	}
 	o.Controller.Inventory = inv
-	// The API server's own addresses, from its EndpointSlice, are never
-	// approved; a change re-evaluates the pending CSRs.
+	// The API server's own names and addresses are never approved but to
+	// a node that hosts it, and only its own; a change re-evaluates the
+	// pending CSRs.
 	var ctrl *controller.Controller
-	endpoints, err := apiserver.New(client, func() {
+	enqueueAll := func() {
 		if ctrl != nil {
 			ctrl.EnqueueAll()
 		}
-	})
+	}
+	identity, err := apiserver.New(apiserver.Config{Client: client, REST: o.RESTConfig, OnChange: enqueueAll})
 	if err != nil {
 		return err
 	}
-	o.Controller.APIServerAddresses = endpoints.Addresses
+	o.Controller.APIServer = identity.Current
+	hosts := &apiserver.Hosts{Label: o.APIServerHostLabel}
+	o.Controller.Policy.HostOwn = hosts.Own
+	if static, ok := inv.(*inventory.Static); ok {
+		o.Controller.Policy.HostOwn = static.Lookup // desired state, which the node cannot write
+	}
+	// Service and Pod CIDRs are no node's addresses.
+	netRanges := ranges.New()
+	if err := netRanges.WatchNodes(nodeInformer.Informer()); err != nil {
+		return err
+	}
+	o.Controller.Policy.NotNodeAddress = netRanges.NotNodeAddress
+	synced := []cache.InformerSynced{csrInformer.HasSynced, nodeInformer.Informer().HasSynced, identity.HasSynced}
+	if servesServiceCIDRs(client) {
+		sc := nodeFactory.Networking().V1().ServiceCIDRs().Informer()
+		if err := netRanges.WatchServiceCIDRs(sc); err != nil {
+			return err
+		}
+		synced = append(synced, sc.HasSynced)
+	} else {
+		logger.Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
+	}
 	if key := o.APIServerHostLabel; key != "" {
 		lister := nodeInformer.Lister()
 		o.Controller.Policy.APIServerHost = func(node string) bool {
@@ -180,13 +212,25 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	// re-evaluate its pending CSRs when either changes.
 	hostLabel := o.APIServerHostLabel
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { ctrl.EnqueueNode(obj.(*corev1.Node).Name) },
+		AddFunc: func(obj any) {
+			hosts.Observe(nil, obj.(*corev1.Node))
+			ctrl.EnqueueNode(obj.(*corev1.Node).Name)
+		},
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			hosts.Observe(o, n)
 			_, was := o.Labels[hostLabel]
 			_, is := n.Labels[hostLabel]
 			if !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) || (hostLabel != "" && was != is) {
 				ctrl.EnqueueNode(n.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				hosts.Observe(n, nil)
 			}
 		},
 	}); err != nil {
@@ -202,10 +246,10 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 
 	csrFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
-	endpoints.Start(ctx)
+	identity.Start(ctx)
 	defer csrFactory.Shutdown()
 	defer nodeFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), csrInformer.HasSynced, nodeInformer.Informer().HasSynced, endpoints.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("caches did not sync")
 	}
 	if startInventory != nil {
@@ -229,7 +273,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		})
 	}
 	ready.Set(true, "")
-	logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", endpoints.Addresses(), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+	api := identity.Current()
+	logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
 
 	lead := func(lctx context.Context) {
 		done := make(chan error, 2)
@@ -331,6 +376,21 @@ func elect(ctx context.Context, client kubernetes.Interface, o Options, lead fun
 		return ErrLostLease
 	}
 	return nil
+}
+
+// servesServiceCIDRs says whether the API server serves
+// networking.k8s.io/v1 ServiceCIDRs (Kubernetes 1.33 and later).
+func servesServiceCIDRs(client kubernetes.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion("networking.k8s.io/v1")
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "servicecidrs" {
+			return true
+		}
+	}
+	return false
 }
 
 // buildInventory returns the source and, for watched sources, a function

@@ -127,13 +127,15 @@ func TrimMachine(obj any) (any, error) {
 const (
 	byClusterNode    = "capi-cluster-node"
 	byClusterAddress = "capi-cluster-address"
+	byClusterName    = "capi-cluster-name"
 	byCluster        = "capi-cluster"
 )
 
 func clusterKey(namespace, cluster string) string { return namespace + "/" + cluster }
 
-// Indexers index Machines by cluster, by cluster and node, and by cluster
-// and IP address.
+// Indexers index Machines by cluster, by cluster and node, by cluster and
+// IP address, and by cluster and name (the node's, and the DNS and host
+// names on the Machine).
 var Indexers = cache.Indexers{
 	byCluster: func(obj any) ([]string, error) {
 		m := ParseMachine(obj.(*unstructured.Unstructured))
@@ -151,6 +153,16 @@ var Indexers = cache.Indexers{
 		keys := make([]string, 0, len(m.IPs))
 		for _, ip := range m.IPs {
 			keys = append(keys, clusterKey(m.Namespace, m.Cluster)+"/"+ip.String())
+		}
+		return keys, nil
+	},
+	byClusterName: func(obj any) ([]string, error) {
+		m := ParseMachine(obj.(*unstructured.Unstructured))
+		var keys []string
+		for _, n := range append([]string{strings.ToLower(m.Node)}, m.DNSNames...) {
+			if k := clusterKey(m.Namespace, m.Cluster) + "/" + n; n != "" && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
 		}
 		return keys, nil
 	},
@@ -197,6 +209,18 @@ func (i Inventory) Lookup(node string) (inventory.Entry, bool) {
 // joined is still that server's.
 func (i Inventory) Claimants(ip netip.Addr) []string {
 	objs, _ := i.Indexer.ByIndex(byClusterAddress, clusterKey(i.Namespace, i.Cluster)+"/"+ip.Unmap().String())
+	return claimants(objs)
+}
+
+// NameClaimants returns, for each Machine of the cluster whose node is
+// named name or that carries name as a DNS or host name, its node (or
+// "Machine <name>" while it has none).
+func (i Inventory) NameClaimants(name string) []string {
+	objs, _ := i.Indexer.ByIndex(byClusterName, clusterKey(i.Namespace, i.Cluster)+"/"+strings.ToLower(strings.TrimSuffix(name, ".")))
+	return claimants(objs)
+}
+
+func claimants(objs []any) []string {
 	out := make([]string, 0, len(objs))
 	for _, o := range objs {
 		m := ParseMachine(o.(*unstructured.Unstructured))

@@ -133,7 +133,10 @@ func TestOnlyControlPlaneMachinesHostTheAPIServer(t *testing.T) {
 		}
 	}
 	inv := capi.Inventory{Indexer: idx, Namespace: "ns", Cluster: "c"}
-	cfg := policy.Config{APIServerEndpoints: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")}, APIServerHost: inv.HostsAPIServer}
+	cfg := policy.Config{APIServer: policy.APIServer{
+		Addresses: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "an endpoint", netip.MustParseAddr("10.0.0.2"): "an endpoint"},
+		Endpoints: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.1"): true, netip.MustParseAddr("10.0.0.2"): true},
+	}, APIServerHost: inv.HostsAPIServer, HostOwn: inv.Lookup}
 	if d := policy.Evaluate(csr(t, "c-cp-0", []string{"10.0.0.1"}), inv, cfg); d.Rule != policy.RuleApproved {
 		t.Errorf("control-plane Machine's node, its own API server address: %s", d.Message)
 	}

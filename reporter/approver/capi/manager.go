@@ -24,7 +24,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -34,12 +33,14 @@ import (
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
+	"github.com/certready/certready/reporter/approver/ranges"
 )
 
 // Config configures the management-cluster mode.
 type Config struct {
 	// Controller is each workload cluster's controller configuration;
-	// Inventory and APIServerAddresses are set per cluster.
+	// Inventory, APIServer and the policy's API server and network rules
+	// are set per cluster.
 	Controller controller.Config
 	// Selector picks the Clusters to serve (labels.Everything() for all).
 	Selector labels.Selector
@@ -78,8 +79,54 @@ type workload struct {
 	secretVersion string
 	cancel        context.CancelFunc
 	done          chan struct{}
-	ctrl          *controller.Controller // nil until built
-	mu            sync.Mutex
+	ranges        *ranges.Ranges // the Cluster's service and pod CIDR blocks
+
+	mu       sync.Mutex
+	ctrl     *controller.Controller // nil until built
+	identity *apiserver.Identity    // nil until built
+	endpoint string                 // spec.controlPlaneEndpoint.host
+}
+
+// setCluster takes what the Cluster says about its own network: the
+// control plane's endpoint (an API server address or name, never a node's)
+// and its service and pod CIDR blocks (never a node's addresses). A tenant
+// can write those, and can only narrow what its nodes are approved for.
+func (w *workload) setCluster(c *unstructured.Unstructured) {
+	host, _, _ := unstructured.NestedString(c.Object, "spec", "controlPlaneEndpoint", "host")
+	svc, _, _ := unstructured.NestedStringSlice(c.Object, "spec", "clusterNetwork", "services", "cidrBlocks")
+	pods, _, _ := unstructured.NestedStringSlice(c.Object, "spec", "clusterNetwork", "pods", "cidrBlocks")
+	owner := "Cluster " + c.GetNamespace() + "/" + c.GetName()
+	w.ranges.SetServiceCIDRs(owner+" spec.clusterNetwork.services", svc)
+	w.ranges.SetPodCIDRs(owner+" spec.clusterNetwork.pods", pods)
+	w.mu.Lock()
+	w.endpoint = host
+	id := w.identity
+	w.mu.Unlock()
+	if id != nil {
+		id.SetExtra(w.extra())
+	}
+}
+
+func (w *workload) extra() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.endpoint == "" {
+		return nil
+	}
+	return map[string]string{w.endpoint: "the Cluster's spec.controlPlaneEndpoint"}
+}
+
+// checkedConfig is the workload cluster's connection, when its Secret is
+// Cluster API's and its kubeconfig holds nothing the approver refuses.
+func checkedConfig(secret *corev1.Secret, cluster *unstructured.Unstructured) (*rest.Config, error) {
+	if err := CheckSecret(secret, cluster); err != nil {
+		return nil, err
+	}
+	cfg, err := RESTConfig(secret.Data[KubeconfigKey])
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s/%s key %s: %w", secret.Namespace, secret.Name, KubeconfigKey, err)
+	}
+	return cfg, nil
 }
 
 // New builds the manager; Run starts it.
@@ -125,6 +172,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		lo.LabelSelector = ClusterNameLabel
 	}))
 	secretInformer := secretFactory.Core().V1().Secrets()
+	if err := secretInformer.Informer().SetTransform(TrimSecret); err != nil {
+		return err
+	}
 	m.secrets = secretInformer.Lister()
 
 	if err := onEvery(clusterInformer.Informer(), func(obj any) {
@@ -236,17 +286,24 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	cluster, _ := clusterObj.(*unstructured.Unstructured)
+	if cluster == nil {
+		return fmt.Errorf("Cluster %s: not an unstructured object", key)
+	}
 	if cur != nil && cur.secretVersion == secret.ResourceVersion {
+		cur.setCluster(cluster)
 		return nil
 	}
 	if cur != nil {
 		logger.Info("Kubeconfig Secret changed: reconnecting", "secret", secret.Name)
 		m.stop(key)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["value"])
+	cfg, err := checkedConfig(secret, cluster)
 	if err != nil {
-		m.recorder.Eventf(clusterObj, corev1.EventTypeWarning, "KubeconfigUnusable", "certready: Secret %s/%s key value: %v", ns, secret.Name, err)
-		return nil // retried when the Secret changes
+		// No connection at all: a refused kubeconfig is never dialled.
+		logger.Info("Kubeconfig refused; not serving the cluster", "secret", secret.Name, "reason", err.Error())
+		m.recorder.Eventf(clusterObj, corev1.EventTypeWarning, "KubeconfigRefused", "certready: %v", err)
+		return nil // looked at again when the Secret or the Cluster changes
 	}
 	cfg.UserAgent, cfg.QPS, cfg.Burst = m.cfg.UserAgent, m.cfg.QPS, m.cfg.Burst
 	client, err := m.cfg.Connect(cfg)
@@ -254,14 +311,15 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &workload{secretVersion: secret.ResourceVersion, cancel: cancel, done: make(chan struct{})}
+	w := &workload{secretVersion: secret.ResourceVersion, cancel: cancel, done: make(chan struct{}), ranges: ranges.New()}
+	w.setCluster(cluster)
 	m.mu.Lock()
 	m.running[key] = w
 	m.served.Set(float64(len(m.running)))
 	m.mu.Unlock()
 	go func() {
 		defer close(w.done)
-		err := m.serve(klog.NewContext(wctx, logger), key, ns, name, clusterObj, client, w)
+		err := m.serve(klog.NewContext(wctx, logger), ns, name, clusterObj, client, cfg, w)
 		if err != nil && wctx.Err() == nil {
 			logger.Error(err, "Serving the workload cluster stopped; retrying")
 			m.mu.Lock()
@@ -278,12 +336,12 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 }
 
 // serve runs one workload cluster's controller until ctx ends.
-func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, w *workload) error {
+func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, rc *rest.Config, w *workload) error {
 	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
 	}))
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
-	if err := csrInformer.SetTransform(trim.CSR(false)); err != nil {
+	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{MaxRequestBytes: m.cfg.Controller.Policy.RequestBound()})); err != nil {
 		return err
 	}
 	inv := Inventory{Indexer: m.machines.GetIndexer(), Namespace: ns, Cluster: name}
@@ -291,23 +349,33 @@ func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj ru
 	cfg.Inventory = inv
 	cfg.Policy.APIServerHost = inv.HostsAPIServer
 	cfg.Policy.APIServerHostRule = "its Machine labelled " + ControlPlaneLabel
-	endpoints, err := apiserver.New(client, func() {
+	// What the infrastructure provider recorded on a control-plane
+	// Machine is that node's own, API server addresses included.
+	cfg.Policy.HostOwn = inv.Lookup
+	cfg.Policy.NotNodeAddress = w.ranges.NotNodeAddress
+	// This workload cluster's API server: its endpoints and Service, the
+	// kubeconfig's host, the certificate it presents, and the Cluster's
+	// spec.controlPlaneEndpoint; not the management cluster's.
+	identity, err := apiserver.New(apiserver.Config{Client: client, REST: rc, Extra: w.extra(), OnChange: func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.ctrl != nil {
 			w.ctrl.EnqueueAll()
 		}
-	})
+	}})
 	if err != nil {
 		return err
 	}
-	cfg.APIServerAddresses = endpoints.Addresses
+	w.mu.Lock()
+	w.identity = identity
+	w.mu.Unlock()
+	cfg.APIServer = identity.Current
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	onCSR := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
-	reg := &registrations{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key}, m.reg)}
+	reg := &registrations{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": clusterKey(ns, name)}, m.reg)}
 	defer reg.unregisterAll()
 	ctrl, err := controller.New(cfg, client, csrInformer, machineEvents{onCSR: onCSR, onMachine: m.recorder, inv: inv, cluster: clusterObj}, reg)
 	if err != nil {
@@ -317,15 +385,15 @@ func (m *Manager) serve(ctx context.Context, key, ns, name string, clusterObj ru
 	w.ctrl = ctrl
 	w.mu.Unlock()
 	csrFactory.Start(ctx.Done())
-	endpoints.Start(ctx)
+	identity.Start(ctx)
 	defer csrFactory.Shutdown()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), csrInformer.HasSynced, endpoints.HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), csrInformer.HasSynced, identity.HasSynced) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("the workload cluster's caches did not sync within 2m (CSRs of %s, EndpointSlice default/kubernetes)", certv1.KubeletServingSignerName)
+		return fmt.Errorf("the workload cluster's caches did not sync within 2m (CSRs of %s, the default/kubernetes Service and EndpointSlice, kube-public/cluster-info)", certv1.KubeletServingSignerName)
 	}
 	return ctrl.Run(ctx)
 }

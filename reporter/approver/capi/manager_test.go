@@ -3,6 +3,7 @@ package capi_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
@@ -28,38 +30,61 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/certready/certready/internal/testmetrics"
+	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
 )
 
-// clusterObj is a Cluster as Cluster API stores it (only metadata is read).
+// clusterObj is a Cluster as Cluster API stores it (metadata, and the
+// control plane's endpoint).
 func clusterObj(ns, name string, lbls map[string]string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster"}}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"spec": map[string]any{"controlPlaneEndpoint": map[string]any{"host": "api." + name + ".example.com", "port": int64(6443)}}}}
 	u.SetNamespace(ns)
 	u.SetName(name)
+	u.SetUID(types.UID("uid-" + ns + "-" + name))
 	u.SetLabels(lbls)
 	return u
 }
 
-// kubeconfigSecret is the Secret Cluster API keeps for a cluster, its
-// kubeconfig naming server (never dialled: the test's Connect hands out a
-// fake by host).
-func kubeconfigSecret(t *testing.T, ns, cluster, server string) *corev1.Secret {
+// workloadCA signs the workload clusters' API server certificates.
+var workloadCA = func() *testpki.CA {
+	ca, err := testpki.NewCA("workload clusters")
+	if err != nil {
+		panic(err)
+	}
+	return ca
+}()
+
+// kubeconfig is what Cluster API writes: server, inline CA, inline client
+// credentials.
+func kubeconfig(t *testing.T, cluster, server string, edit func(*clientcmdapi.Config)) []byte {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server}
+	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: workloadCA.PEM()}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: "not-a-secret"}
 	cfg.Contexts["admin@"+cluster] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: "admin"}
 	cfg.CurrentContext = "admin@" + cluster
+	if edit != nil {
+		edit(cfg)
+	}
 	value, err := clientcmd.Write(*cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return value
+}
+
+// kubeconfigSecret is the Secret Cluster API keeps for a cluster, owned by
+// it, its kubeconfig naming server.
+func kubeconfigSecret(t *testing.T, ns, cluster, server string) *corev1.Secret {
+	t.Helper()
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: capi.KubeconfigSecretName(cluster), ResourceVersion: "1", Labels: map[string]string{capi.ClusterNameLabel: cluster}},
-		Type:       capi.KubeconfigSecretType,
-		Data:       map[string][]byte{"value": value},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: capi.KubeconfigSecretName(cluster), ResourceVersion: "1", Labels: map[string]string{capi.ClusterNameLabel: cluster},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: cluster, UID: types.UID("uid-" + ns + "-" + cluster)}}},
+		Type: capi.KubeconfigSecretType,
+		Data: map[string][]byte{"value": kubeconfig(t, cluster, server, nil)},
 	}
 }
 
@@ -141,12 +166,20 @@ func (e *managerEnv) start(selector labels.Selector, objs []runtime.Object, secr
 	})
 }
 
-func (e *managerEnv) workload(host, apiserverIP string) *fake.Clientset {
+// workload is a workload cluster: a fake API for its objects, and a real
+// TLS listener presenting its API server's certificate (names), which the
+// approver reads. It returns the fake and the server URL.
+func (e *managerEnv) workload(apiserverIP string, names ...string) (*fake.Clientset, string) {
+	pair, err := workloadCA.Issue(testpki.Serving{CN: "kube-apiserver", DNSNames: names, IPs: []net.IP{net.ParseIP("127.0.0.1").To4()}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	host := "https://" + testpki.ServeTLS(e.t, pair)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cs := workloadCluster(apiserverIP)
 	e.byHost[host] = cs
-	return cs
+	return cs, host
 }
 
 func (e *managerEnv) connected(host string) int {
@@ -216,11 +249,11 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 		machine("tenant-a", "md-0-b", "prod", "prod-md-0-b", [2]string{"InternalIP", "10.0.0.12"}),
 	}
 	e := newManagerEnv(t)
-	prodA := e.workload("https://prod-a.invalid", "10.0.0.1")
-	e.workload("https://other.invalid", "10.9.0.1")
+	prodA, prodAHost := e.workload("10.0.0.1", "prod-api.internal")
+	_, otherHost := e.workload("10.9.0.1")
 	e.start(labels.SelectorFromSet(selected), objs,
-		kubeconfigSecret(t, "tenant-a", "prod", "https://prod-a.invalid"),
-		kubeconfigSecret(t, "tenant-a", "other", "https://other.invalid"))
+		kubeconfigSecret(t, "tenant-a", "prod", prodAHost),
+		kubeconfigSecret(t, "tenant-a", "other", otherHost))
 
 	good := csr(t, "prod-md-0-a", []string{"10.0.0.11"})
 	create(t, prodA, good)
@@ -258,8 +291,8 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 
 	// Rotation: the Secret now points at another endpoint; the manager
 	// reconnects there and serves it.
-	prodB := e.workload("https://prod-b.invalid", "10.0.0.1")
-	rotated := kubeconfigSecret(t, "tenant-a", "prod", "https://prod-b.invalid")
+	prodB, prodBHost := e.workload("10.0.0.1")
+	rotated := kubeconfigSecret(t, "tenant-a", "prod", prodBHost)
 	rotated.ResourceVersion = "2" // the fake keeps what it is given; an API server moves it on every write
 	if _, err := e.mgmt.CoreV1().Secrets("tenant-a").Update(context.Background(), rotated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -278,7 +311,7 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 	e.poll("named the unusable kubeconfig", func() bool {
 		select {
 		case ev = <-e.rec.Events:
-			return strings.HasPrefix(ev, "Warning KubeconfigUnusable") && strings.Contains(ev, "tenant-a/broken-kubeconfig")
+			return strings.HasPrefix(ev, "Warning KubeconfigRefused") && strings.Contains(ev, "tenant-a/broken-kubeconfig")
 		default:
 			return false
 		}
@@ -293,10 +326,124 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 		return !clusterLabelled(t, e.reg, "certready_approver_decisions_total", "tenant-a/prod")
 	})
 
-	if n := e.connected("https://other.invalid"); n != 0 {
+	if n := e.connected(otherHost); n != 0 {
 		t.Errorf("connected %d times to a Cluster the selector leaves out", n)
 	}
-	if n := e.connected("https://prod-a.invalid"); n != 1 {
+	if n := e.connected(prodAHost); n != 1 {
 		t.Errorf("connected %d times with the first kubeconfig, want 1 (reconnect only on rotation)", n)
 	}
+}
+
+// countingListener accepts TCP connections on loopback and counts them.
+func countingListener(t *testing.T) (string, func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			n++
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// A tenant's Cluster whose kubeconfig would have the approver send its own
+// token (tokenFile) to the tenant's server without verifying it: named on
+// the Cluster, and the server never dialled, not even by the approver's
+// own TLS handshakes. A Secret of the right name that Cluster API did not
+// write (no owner) is refused too.
+func TestAHostileKubeconfigIsNeverDialled(t *testing.T) {
+	addr, accepted := countingListener(t)
+	hostile := kubeconfigSecret(t, "tenant-b", "evil", "https://"+addr)
+	hostile.Data["value"] = kubeconfig(t, "evil", "https://"+addr, func(c *clientcmdapi.Config) {
+		c.Clusters["evil"].InsecureSkipTLSVerify = true
+		c.Clusters["evil"].CertificateAuthorityData = nil
+		c.AuthInfos["admin"].Token = ""
+		c.AuthInfos["admin"].TokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	})
+	unowned := kubeconfigSecret(t, "tenant-b", "forged", "https://"+addr)
+	unowned.OwnerReferences = nil
+	e := newManagerEnv(t)
+	e.start(labels.Everything(), []runtime.Object{clusterObj("tenant-b", "evil", nil), clusterObj("tenant-b", "forged", nil)}, hostile, unowned)
+	want := map[string]string{"tenant-b/evil-kubeconfig": "insecure-skip-tls-verify", "tenant-b/forged-kubeconfig": "neither owned by Cluster forged"}
+	e.poll("named both refusals on their Clusters", func() bool {
+		select {
+		case ev := <-e.rec.Events:
+			for secret, why := range want {
+				if strings.HasPrefix(ev, "Warning KubeconfigRefused") && strings.Contains(ev, secret) && strings.Contains(ev, why) {
+					delete(want, secret)
+				}
+			}
+		default:
+		}
+		return len(want) == 0
+	})
+	if n := accepted(); n != 0 || e.connected("https://"+addr) != 0 {
+		t.Errorf("the hostile server was dialled: %d connections, %d clients", n, e.connected("https://"+addr))
+	}
+	if got := gauge(t, e.reg, "certready_approver_capi_clusters"); got != 0 {
+		t.Errorf("serving %v clusters, want 0", got)
+	}
+}
+
+// Each workload cluster's own API server is denied to its nodes, not the
+// management cluster's: the Cluster's spec.controlPlaneEndpoint, the names
+// its API server presents, its endpoints; and its service and pod CIDR
+// blocks are no node's.
+func TestEachWorkloadClusterDeniesItsOwnAPIServer(t *testing.T) {
+	c := clusterObj("tenant-a", "prod", nil)
+	_ = unstructured.SetNestedStringSlice(c.Object, []string{"10.128.0.0/16"}, "spec", "clusterNetwork", "pods", "cidrBlocks")
+	_ = unstructured.SetNestedStringSlice(c.Object, []string{"10.96.0.0/12"}, "spec", "clusterNetwork", "services", "cidrBlocks")
+	// The worker's Machine records everything it will ask for: only the
+	// API server rules can refuse it.
+	asked := map[string][2][]string{
+		"the controlPlaneEndpoint":       {{"10.0.0.11"}, {"api.prod.example.com"}},
+		"a name the API server presents": {{"10.0.0.11"}, {"prod-api.internal"}},
+		"an API server endpoint":         {{"10.0.0.1"}, nil},
+		"a pod address":                  {{"10.128.3.4"}, nil},
+		"a Service address":              {{"10.96.0.10"}, nil},
+	}
+	addrs := [][2]string{{"InternalIP", "10.0.0.11"}, {"InternalIP", "10.0.0.1"}, {"InternalIP", "10.128.3.4"}, {"InternalIP", "10.96.0.10"},
+		{"InternalDNS", "api.prod.example.com"}, {"InternalDNS", "prod-api.internal"}}
+	e := newManagerEnv(t)
+	prod, host := e.workload("10.0.0.1", "prod-api.internal")
+	e.start(labels.Everything(), []runtime.Object{c, machine("tenant-a", "md-0", "prod", "prod-md-0", addrs...)}, kubeconfigSecret(t, "tenant-a", "prod", host))
+	e.poll("serving the cluster", func() bool { return gauge(t, e.reg, "certready_approver_capi_clusters") == 1 })
+	i := 0
+	for what, sans := range asked {
+		i++
+		r := csr(t, "prod-md-0", sans[0], sans[1]...)
+		r.Name = fmt.Sprintf("csr-%d", i)
+		create(t, prod, r)
+		e.poll("refused "+what, func() bool {
+			select {
+			case ev := <-e.rec.Events:
+				return strings.HasPrefix(ev, "Warning SANDenied") && strings.Contains(ev, r.Name)
+			default:
+				return false
+			}
+		})
+		if approvedIn(prod, r.Name) {
+			t.Errorf("%s approved", what)
+		}
+		if err := prod.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), r.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := csr(t, "prod-md-0", []string{"10.0.0.11"}, "prod-md-0")
+	ok.Name = "csr-ok"
+	create(t, prod, ok)
+	e.poll("approved the worker's own address and name", func() bool { return approvedIn(prod, ok.Name) })
 }

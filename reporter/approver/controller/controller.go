@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,9 +46,9 @@ type Config struct {
 	Workers        int
 	// FloodRetry is how soon a CSR held back by the flood guard is retried.
 	FloodRetry time.Duration
-	// APIServerAddresses, when set, returns the API server's current
-	// addresses (its EndpointSlice), Policy.APIServerEndpoints.
-	APIServerAddresses func() []netip.Addr
+	// APIServer, when set, returns the API server's identity as learned
+	// now (Policy.APIServer).
+	APIServer func() policy.APIServer
 }
 
 // Controller approves kubelet-serving CSRs.
@@ -306,18 +305,18 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		requeue, _, err := keep(policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
 		return requeue, err
 	}
-	if n, max := c.pending.nodes(), c.maxPending(); n >= max {
+	if max := c.maxPending(); c.pending.nodes(c.known, max) >= max {
 		c.metrics.floodGuard.Set(1)
 		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
-		if requeue, _, err := keep(policy.RuleFloodGuard, fmt.Sprintf("%s: %d distinct nodes have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, n, max)); requeue != 0 || err != nil {
+		if requeue, _, err := keep(policy.RuleFloodGuard, fmt.Sprintf("%s: %d or more distinct nodes of the inventory have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, max, max)); requeue != 0 || err != nil {
 			return requeue, err
 		}
 		return c.cfg.FloodRetry, nil
 	}
 	c.metrics.floodGuard.Set(0)
 	pc := c.cfg.Policy
-	if f := c.cfg.APIServerAddresses; f != nil {
-		pc.APIServerEndpoints = f()
+	if f := c.cfg.APIServer; f != nil {
+		pc.APIServer = f()
 	}
 	d := policy.Evaluate(csr, c.cfg.Inventory, pc)
 	switch {
@@ -521,6 +520,12 @@ func (c *Controller) warnOnce(csr *certv1.CertificateSigningRequest, rule policy
 		c.recorder.Event(csr, corev1.EventTypeWarning, string(rule), msg)
 	}
 	return true
+}
+
+// known says whether node is in the inventory.
+func (c *Controller) known(node string) bool {
+	_, ok := c.cfg.Inventory.Lookup(node)
+	return ok
 }
 
 func (c *Controller) maxPending() int {

@@ -349,12 +349,32 @@ func TestFloodGuardApprovesNothing(t *testing.T) {
 	e := start(t, controller.Config{MaxPending: 2, FloodRetry: time.Hour}, true,
 		csr(t, "csr-1", "w1", "192.0.2.11", signer), csr(t, "csr-2", "w2", "192.0.2.12", signer))
 	ev := e.waitEvent("Warning FloodGuard")
-	if !strings.Contains(ev, "2 distinct nodes have kubelet-serving CSRs pending, the limit is 2") {
+	if !strings.Contains(ev, "2 or more distinct nodes of the inventory have kubelet-serving CSRs pending, the limit is 2") {
 		t.Errorf("event %q", ev)
 	}
 	for _, n := range []string{"csr-1", "csr-2"} {
 		if approved(e.get(n)) {
 			t.Errorf("%s approved above the flood guard", n)
+		}
+	}
+}
+
+// TestMintedIdentitiesDoNotTripTheFloodGuard: a bootstrap token's holder
+// can get client certificates for any system:node:<name> and file a CSR
+// under each. Identities the inventory does not know are not counted: the
+// real nodes' requests are still approved, the minted ones wait
+// (NodeNotInInventory).
+func TestMintedIdentitiesDoNotTripTheFloodGuard(t *testing.T) {
+	objs := []runtime.Object{csr(t, "csr-w1", "w1", "192.0.2.11", signer)}
+	for i := 0; i < 20; i++ {
+		objs = append(objs, csr(t, fmt.Sprintf("csr-minted-%02d", i), fmt.Sprintf("minted-%02d", i), "192.0.2.11", signer))
+	}
+	e := start(t, controller.Config{MaxPending: 5, FloodRetry: time.Hour}, true, objs...)
+	e.waitFor("csr-w1", "approved while 20 minted identities wait", approved)
+	e.waitEvent("Warning " + string(policy.RuleNodeNotInInventory))
+	for _, m := range testmetrics.Series(t, e.reg, "certready_approver_decisions_total", map[string]string{"decision": "deferred", "reason": string(policy.RuleFloodGuard)}) {
+		if testmetrics.Value(m) > 0 {
+			t.Errorf("the flood guard deferred %v decisions: minted identities were counted", testmetrics.Value(m))
 		}
 	}
 }
@@ -493,7 +513,9 @@ func decisions(t *testing.T, reg *prometheus.Registry, decision string) float64 
 // node-objects mode where the address is recorded for it.
 func TestAPIServerAddressesAreNeverApproved(t *testing.T) {
 	api := netip.MustParseAddr("192.0.2.11") // w1's recorded address, here also the API server's
-	e := start(t, controller.Config{APIServerAddresses: func() []netip.Addr { return []netip.Addr{api} }}, true,
+	e := start(t, controller.Config{APIServer: func() policy.APIServer {
+		return policy.APIServer{Addresses: map[netip.Addr]string{api: "an endpoint of default/kubernetes"}, Endpoints: map[netip.Addr]bool{api: true}}
+	}}, true,
 		csr(t, "csr-api", "w1", "192.0.2.11", signer), csr(t, "csr-ok", "w2", "192.0.2.12", signer))
 	e.waitFor("csr-ok", "approved", approved)
 	ev := e.waitEvent("Warning " + string(policy.RuleSANDenied))

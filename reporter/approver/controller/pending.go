@@ -43,11 +43,27 @@ func (p *pendingSet) observe(csr *certv1.CertificateSigningRequest, gone bool) {
 	set[csr.UID] = struct{}{}
 }
 
-// nodes is how many distinct nodes have a pending CSR.
-func (p *pendingSet) nodes() int {
+// nodes is how many distinct nodes known to the inventory (known) have a
+// pending CSR, counted up to limit. Identities that are no node of the
+// inventory do not count: a bootstrap token's holder can mint client
+// certificates for any system:node:<name>, and must not be able to stop
+// approvals for the real nodes. Below limit pending identities in all, the
+// count is not needed: O(1) in a storm of real nodes.
+func (p *pendingSet) nodes(known func(node string) bool, limit int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.byNode)
+	if len(p.byNode) < limit {
+		return len(p.byNode)
+	}
+	n := 0
+	for node := range p.byNode {
+		if known(node) {
+			if n++; n >= limit {
+				break
+			}
+		}
+	}
+	return n
 }
 
 // newer returns the name of a CSR of csr's node that supersedes csr, or "".

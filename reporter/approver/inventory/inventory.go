@@ -31,11 +31,14 @@ type Source interface {
 }
 
 // Claims is implemented by sources in which several nodes may report the
-// same address (the Node objects): the policy refuses an address that
-// another node claims too.
+// same address or name (the Node objects, the Machines): the policy
+// refuses an address or name that another node claims too.
 type Claims interface {
 	// Claimants returns every node that reports ip (in O(1) of the fleet).
 	Claimants(ip netip.Addr) []string
+	// NameClaimants returns every node that is named name or reports it as
+	// a DNS or host name (name normalized: lower case, no trailing dot).
+	NameClaimants(name string) []string
 }
 
 // Mapping is the desired-state document of the file and ConfigMap sources:

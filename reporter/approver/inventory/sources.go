@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,41 +25,84 @@ import (
 // own word about its addresses (documented trade-off), and answers who else
 // claims an address from Indexer, indexed with AddressIndex.
 type Nodes struct {
-	Lister  corelisters.NodeLister
-	Indexer cache.Indexer
+	Lister corelisters.NodeLister
+	// Indexer answers Claimants (nil: no address counts as claimed);
+	// NamesIndexer answers NameClaimants. Both are the node informer's,
+	// with AddressIndexers.
+	Indexer      cache.Indexer
+	NamesIndexer cache.Indexer
 	// Count, when set, is the number of Nodes (kept by informer events);
 	// otherwise Size lists them.
 	Count func() int
 }
 
-// AddressIndex names the node informer's index of IP addresses.
-const AddressIndex = "certready.io/address"
+// Index names of the node informer: IP addresses, and names (the node's
+// own and the DNS and host names it reports).
+const (
+	AddressIndex = "certready.io/address"
+	NameIndex    = "certready.io/name"
+)
 
 // AddressIndexers indexes Nodes by every InternalIP and ExternalIP they
-// report (in netip's canonical form).
-var AddressIndexers = cache.Indexers{AddressIndex: func(obj any) ([]string, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return nil, nil
-	}
-	var out []string
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
+// report (in netip's canonical form) and by their names (normalized).
+var AddressIndexers = cache.Indexers{
+	AddressIndex: func(obj any) ([]string, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return nil, nil
 		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, ip.Unmap().String())
+		var out []string
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out = append(out, ip.Unmap().String())
+			}
 		}
-	}
-	return out, nil
-}}
+		return out, nil
+	},
+	NameIndex: func(obj any) ([]string, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return nil, nil
+		}
+		out := []string{normalizeName(n.Name)}
+		for _, a := range n.Status.Addresses {
+			switch a.Type {
+			case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+				if v := normalizeName(a.Address); v != "" && !slices.Contains(out, v) {
+					out = append(out, v)
+				}
+			}
+		}
+		return out, nil
+	},
+}
+
+// normalizeName compares names as DNS does (policy.NormalizeDNS).
+func normalizeName(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
 
 // Claimants lists the nodes that report ip.
 func (n Nodes) Claimants(ip netip.Addr) []string {
 	if n.Indexer == nil {
 		return nil
 	}
-	objs, err := n.Indexer.ByIndex(AddressIndex, ip.Unmap().String())
+	return n.byIndex(n.Indexer, AddressIndex, ip.Unmap().String())
+}
+
+// NameClaimants lists the nodes named name or reporting it. It answers
+// even with --allow-shared-addresses (NamesIndexer): nodes behind one NAT
+// share an address, never a name.
+func (n Nodes) NameClaimants(name string) []string {
+	if n.NamesIndexer == nil {
+		return nil
+	}
+	return n.byIndex(n.NamesIndexer, NameIndex, normalizeName(name))
+}
+
+func (Nodes) byIndex(idx cache.Indexer, index, key string) []string {
+	objs, err := idx.ByIndex(index, key)
 	if err != nil {
 		return nil
 	}
@@ -76,8 +121,14 @@ func (n Nodes) Lookup(node string) (Entry, bool) {
 	if err != nil {
 		return Entry{}, false
 	}
+	return EntryOf(obj), true
+}
+
+// EntryOf reads what a Node reports: its InternalIP and ExternalIP
+// addresses, and its Hostname, InternalDNS and ExternalDNS names.
+func EntryOf(node *corev1.Node) Entry {
 	var e Entry
-	for _, a := range obj.Status.Addresses {
+	for _, a := range node.Status.Addresses {
 		switch a.Type {
 		case corev1.NodeInternalIP, corev1.NodeExternalIP:
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
@@ -87,7 +138,7 @@ func (n Nodes) Lookup(node string) (Entry, bool) {
 			e.DNSNames = append(e.DNSNames, a.Address)
 		}
 	}
-	return e, true
+	return e
 }
 
 func (n Nodes) Size() int {

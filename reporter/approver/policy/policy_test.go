@@ -1,7 +1,14 @@
 package policy_test
 
 import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -11,6 +18,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
@@ -23,18 +31,32 @@ var inv = inventory.NewStatic("test inventory", map[string]inventory.Entry{
 })
 
 // claimed is a node-objects-like inventory: several nodes may report one
-// address.
+// address or name, and every node is named.
 type claimed struct {
 	*inventory.Static
-	by map[netip.Addr][]string
+	by     map[netip.Addr][]string
+	byName map[string][]string
 }
 
-func (c claimed) Claimants(ip netip.Addr) []string { return append([]string(nil), c.by[ip]...) }
+func (c claimed) Claimants(ip netip.Addr) []string        { return append([]string(nil), c.by[ip]...) }
+func (c claimed) NameClaimants(n string) []string         { return append([]string(nil), c.byName[n]...) }
+func (c claimed) withNames(m map[string][]string) claimed { c.byName = m; return c }
 
 var shared = claimed{Static: inv, by: map[netip.Addr][]string{
 	netip.MustParseAddr("192.0.2.11"): {"worker-1", "worker-2"},
 	netip.MustParseAddr("192.0.2.12"): {"worker-2"},
-}}
+}, byName: map[string][]string{"worker-1": {"worker-1"}, "worker-2": {"worker-2"}, "worker-1.example.com": {"worker-1"}}}
+
+// names: worker-1 reports worker-2's name and a name worker-2 reports too;
+// worker-2 reports worker-1's name (which stays worker-1's own).
+var namesInv = claimed{Static: inventory.NewStatic("node objects", map[string]inventory.Entry{
+	"worker-1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}, DNSNames: []string{"worker-2", "Shared.Example.com.", "worker-1"}},
+	"worker-2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}, DNSNames: []string{"worker-1", "shared.example.com"}},
+})}.withNames(map[string][]string{
+	"worker-1":           {"worker-1", "worker-2"},
+	"worker-2":           {"worker-1", "worker-2"},
+	"shared.example.com": {"worker-1", "worker-2"},
+})
 
 var cfg = policy.Config{
 	DenyCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
@@ -43,12 +65,36 @@ var cfg = policy.Config{
 }
 
 // apiHosts: both workers' addresses are API server endpoints; worker-1
-// hosts an API server (labelled), worker-2 does not.
+// hosts an API server (labelled), worker-2 does not. The API server also
+// answers on a load balancer (192.0.2.50, api.example.com) and presents
+// worker-1's name; worker-1's own addresses before it was labelled are not
+// known.
 var apiHosts = policy.Config{
-	APIServerEndpoints: []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")},
-	APIServerHost:      func(node string) bool { return node == "worker-1" },
-	APIServerHostRule:  "label node-role.kubernetes.io/control-plane",
+	APIServer: policy.APIServer{
+		Addresses: map[netip.Addr]string{
+			netip.MustParseAddr("192.0.2.11"): "an endpoint", netip.MustParseAddr("192.0.2.12"): "an endpoint",
+			netip.MustParseAddr("192.0.2.50"): "the load balancer",
+		},
+		Endpoints: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.11"): true, netip.MustParseAddr("192.0.2.12"): true},
+		Names:     map[string]string{"api.example.com": "the kubeconfig's host", "worker-1": "in the certificate"},
+	},
+	APIServerHost:     func(node string) bool { return node == "worker-1" },
+	APIServerHostRule: "label node-role.kubernetes.io/control-plane",
 }
+
+// withHostOwn is apiHosts where worker-1 was seen labelled, having
+// reported own before.
+func withHostOwn(own inventory.Entry) *policy.Config {
+	c := apiHosts
+	c.HostOwn = func(node string) (inventory.Entry, bool) { return own, node == "worker-1" }
+	return &c
+}
+
+// lbHost: worker-1 hosts an API server and reports the load balancer's
+// address and name as its own.
+var lbHost = inventory.NewStatic("node objects", map[string]inventory.Entry{
+	"worker-1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.50")}, DNSNames: []string{"api.example.com"}},
+})
 
 func ips(s ...string) []net.IP {
 	out := make([]net.IP, 0, len(s))
@@ -166,9 +212,49 @@ func TestEvaluate(t *testing.T) {
 		// node's own address.
 		{name: "an API server endpoint, asked by the node that hosts it", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &apiHosts, want: approve},
 		{name: "an API server endpoint, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, cfg: &apiHosts,
-			want: policy.RuleSANDenied, wantMsg: "192.0.2.12 is an API server address (an endpoint of default/kubernetes); only a node that hosts an API server may have its own (label node-role.kubernetes.io/control-plane), and worker-2 does not"},
-		{name: "an API server endpoint, no host rule configured", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{APIServerEndpoints: apiHosts.APIServerEndpoints},
+			want: policy.RuleSANDenied, wantMsg: "192.0.2.12 is an API server address (an endpoint); only a node that hosts an API server may have its own (label node-role.kubernetes.io/control-plane), and worker-2 does not"},
+		{name: "an API server endpoint, no host rule configured", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{APIServer: apiHosts.APIServer},
 			want: policy.RuleSANDenied, wantMsg: "none is configured"},
+		// The API server's names and other addresses, learned without
+		// configuration.
+		{name: "the API server's name, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", DNSNames: []string{"API.example.com."}}, cfg: &apiHosts,
+			want: policy.RuleSANDenied, wantMsg: `"API.example.com." is an API server name (the kubeconfig's host); only a node that hosts an API server`},
+		{name: "an API server host's own node name, which the API server presents", req: testpki.Request{DNSNames: []string{"worker-1"}, IPs: ips("192.0.2.11")}, cfg: &apiHosts, want: approve},
+		{name: "an API server host reporting the load balancer's name", req: testpki.Request{DNSNames: []string{"api.example.com"}}, invSrc: lbHost, cfg: &apiHosts,
+			want: policy.RuleSANDenied, wantMsg: "not worker-1's own"},
+		{name: "an API server host reporting the load balancer's address", req: testpki.Request{IPs: ips("192.0.2.50")}, invSrc: lbHost, cfg: &apiHosts,
+			want: policy.RuleSANDenied, wantMsg: "192.0.2.50 is an API server address (the load balancer) that no API server advertises as its endpoint"},
+		{name: "an API server host whose load balancer address was its own before it was labelled", req: testpki.Request{IPs: ips("192.0.2.50"), DNSNames: []string{"api.example.com"}}, invSrc: lbHost,
+			cfg: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.50")}, DNSNames: []string{"API.example.com"}}), want: approve},
+		{name: "an API server host asking for an endpoint it did not report before it was labelled", req: testpki.Request{IPs: ips("192.0.2.11")},
+			cfg: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}}), want: policy.RuleSANDenied, wantMsg: "not among the addresses recorded for worker-1 before it was labelled"},
+		{name: "an address in a Service or Pod CIDR", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{NotNodeAddress: func(ip netip.Addr) string {
+			if ip == netip.MustParseAddr("192.0.2.11") {
+				return "inside the Pod CIDR 192.0.2.0/24 of node worker-7"
+			}
+			return ""
+		}}, want: policy.RuleSANDenied, wantMsg: "IP SAN 192.0.2.11 is inside the Pod CIDR 192.0.2.0/24 of node worker-7: never a node's own"},
+		// DNS names another node has or reports.
+		{name: "another Node's name, reported as this node's own host name", req: testpki.Request{DNSNames: []string{"worker-2"}}, invSrc: namesInv,
+			want: policy.RuleAddressClaimed, wantMsg: "worker-2 is also the name of, or reported by, worker-2"},
+		{name: "a DNS name another Node reports too, in another spelling", req: testpki.Request{DNSNames: []string{"SHARED.example.com"}}, invSrc: namesInv,
+			want: policy.RuleAddressClaimed, wantMsg: "reported by, worker-2"},
+		{name: "its own node name, even though another Node reports it", req: testpki.Request{Node: "worker-2", DNSNames: []string{"worker-2"}, IPs: ips("192.0.2.12")}, invSrc: namesInv, want: approve},
+		{name: "a DNS SAN that is an IP address", req: testpki.Request{Node: "evil", DNSNames: []string{"192.0.2.1"}}, want: policy.RuleSANDenied, wantMsg: "an IP address written as a name"},
+		{name: "a DNS SAN that is an IPv6 address", req: testpki.Request{Node: "evil", DNSNames: []string{"2001:db8::1"}}, want: policy.RuleSANDenied, wantMsg: "an IP address written as a name"},
+		// Bounds.
+		{name: "more SANs than the bound", req: testpki.Request{DNSNames: manyNames(5)}, cfg: &policy.Config{MaxSANs: 4}, want: policy.RuleTooManySANs, wantMsg: "5 SANs, at most 4"},
+		{name: "more SANs than the default bound", req: testpki.Request{DNSNames: manyNames(policy.DefaultMaxSANs + 1)}, want: policy.RuleTooManySANs},
+		{name: "a request over the size bound", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{MaxRequestBytes: 200}, want: policy.RuleRequestTooLarge, wantMsg: "at most 200"},
+		{name: "a request the cache dropped for its size", req: testpki.Request{IPs: ips("192.0.2.11")}, mutate: func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Request, c.Spec.Extra = nil, map[string]certv1.ExtraValue{names.DroppedRequestKey: {"1048576"}}
+		}, want: policy.RuleRequestTooLarge, wantMsg: "spec.request of 1048576 bytes"},
+		{name: "RSA key under 2048 bits", req: testpki.Request{Key: rsaKey(t, 1024), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "RSA key of 1024 bits"},
+		{name: "RSA key of 4096 bits", req: testpki.Request{Key: rsaKey(t, 4096), RSA: true, IPs: ips("192.0.2.11")}, want: approve},
+		{name: "ECDSA P-384", req: testpki.Request{Key: ecKey(t, elliptic.P384()), IPs: ips("192.0.2.11")}, want: approve},
+		{name: "ECDSA P-224", req: testpki.Request{Key: ecKey(t, elliptic.P224()), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "curve P-224"},
+		{name: "ECDSA P-521", req: testpki.Request{Key: ecKey(t, elliptic.P521()), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "curve P-521"},
+		{name: "Ed25519", req: testpki.Request{Key: edKey(t), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "ed25519"},
 		{name: "an API server host asking for another host's endpoint", req: testpki.Request{IPs: ips("192.0.2.12")}, cfg: &apiHosts, want: policy.RuleIPSANNotInInventory},
 		{name: "an API server host asking for an endpoint another Node claims too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, cfg: &apiHosts, want: policy.RuleAddressClaimed},
 		{name: "an API server host asking for the Service IP", req: testpki.Request{Node: "evil", IPs: ips("192.0.2.1")}, cfg: &policy.Config{DenyIPs: cfg.DenyIPs, APIServerHost: func(string) bool { return true }}, want: policy.RuleSANDenied, wantMsg: "an API server address"},
@@ -244,3 +330,38 @@ func TestEvaluate(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func manyNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("name-%d.example.com", i)
+	}
+	return out
+}
+
+func rsaKey(t *testing.T, bits int) crypto.Signer {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func ecKey(t *testing.T, c elliptic.Curve) crypto.Signer {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(c, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func edKey(t *testing.T) crypto.Signer {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
