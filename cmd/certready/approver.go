@@ -21,6 +21,7 @@ import (
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/approver/taint"
+	"github.com/certready/certready/reporter/observe"
 )
 
 func runApprover(ctx context.Context, args []string) int {
@@ -60,6 +61,12 @@ func runApprover(ctx context.Context, args []string) int {
 	var softTaint string
 	fs.StringVar(&softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
 	fs.DurationVar(&o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
+	var prover taint.Prover
+	var kubeletCA, addrTypes string
+	fs.StringVar(&kubeletCA, "kubelet-ca-file", serviceAccountCA, "Taint fallback: PEM bundle of the CA that signs kubelet serving certificates (the API server's --kubelet-certificate-authority). Before lifting a taint the approver dials the node's kubelet and verifies what it serves against it.")
+	fs.StringVar(&addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "Taint fallback: the API server's --kubelet-preferred-address-types; the node's first address of these types is dialled and must be in the certificate.")
+	fs.IntVar(&prover.Port, "kubelet-port", 0, "Taint fallback: the kubelet port to dial. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
+	fs.DurationVar(&prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
 	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
 	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
 	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
@@ -79,6 +86,15 @@ func runApprover(ctx context.Context, args []string) int {
 		if o.RemoveStartupTaint, err = taint.ParseTaint(startupTaint); err != nil {
 			return fail(fmt.Errorf("--remove-startup-taint: %w", err))
 		}
+	}
+	if o.RemoveStartupTaint.Key != "" {
+		if prover.Roots, err = observe.LoadCA(kubeletCA); err != nil {
+			return fail(fmt.Errorf("--kubelet-ca-file (the taint fallback proves each node's serving certificate before lifting its taint): %w", err))
+		}
+		if prover.AddressTypes, err = observe.ParseAddressTypes(addrTypes); err != nil {
+			return fail(fmt.Errorf("--kubelet-preferred-address-types: %w", err))
+		}
+		o.Prover = &prover
 	}
 	if softTaint != "" {
 		if o.RemoveStartupTaint.Key == "" {

@@ -65,6 +65,9 @@ type Options struct {
 	// RemoveStartupTaint turns on the taint fallback for this taint (off
 	// when its key is empty).
 	RemoveStartupTaint corev1.Taint
+	// Prover, when set, looks at each node's kubelet before the fallback
+	// lifts its taint (its Issued is set here).
+	Prover *taint.Prover
 	// SoftTaint (PreferNoSchedule) is kept by the fallback on nodes whose
 	// condition is not False and fresh (off when its key is empty).
 	SoftTaint     corev1.Taint
@@ -119,7 +122,13 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	// A request over the bound is dropped before it is cached (and then
 	// refused unread, RequestTooLarge): a flood of huge CSRs costs a
 	// transient decode each, not memory for as long as they are pending.
-	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()})); err != nil {
+	// The issued certificates' fingerprints are kept for the taint
+	// fallback's proof before the certificates are dropped.
+	issued := taint.NewIssuedIndex()
+	if err := csrInformer.SetTransform(issued.Transform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()}))); err != nil {
+		return err
+	}
+	if _, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: issued.Forget}); err != nil {
 		return err
 	}
 	if err := nodeInformer.Informer().SetTransform(trim.Node(o.ConditionType)); err != nil {
@@ -238,7 +247,13 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	}
 	var remover *taint.Remover
 	if o.RemoveStartupTaint.Key != "" {
-		remover, err = taint.New(taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge}, client, nodeInformer.Informer())
+		tc := taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge, Events: recorder}
+		if o.Prover != nil {
+			p := *o.Prover
+			p.Issued = issued.Of
+			tc.Prove = p.Prove
+		}
+		remover, err = taint.New(tc, client, nodeInformer.Informer())
 		if err != nil {
 			return err
 		}

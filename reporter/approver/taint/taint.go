@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -53,10 +55,23 @@ type Config struct {
 	// than this (twice the agent's heartbeat) is not evidence any more: its
 	// agent may be gone.
 	MaxConditionAge time.Duration
+	// Prove, when set, must pass before a fresh False lifts a taint: the
+	// approver's own look at the node's kubelet (Prover.Prove), so that a
+	// False condition alone (root on a node holds the agent's token) does
+	// not lift it.
+	Prove func(ctx context.Context, node *corev1.Node) error
+	// Events records why a node's taint stays (nil: none).
+	Events record.EventRecorder
 }
 
 // DefaultMaxConditionAge is twice the agent's default heartbeat (5 min).
 const DefaultMaxConditionAge = 10 * time.Minute
+
+// MaxHeartbeatAhead is how far in the future a heartbeat may lie (a node
+// clock ahead; the agent reports a skew beyond its --max-clock-skew, 1m,
+// as ClockSkew, never False). A heartbeat further ahead would keep a False
+// fresh long after its writer is gone: it is stale.
+const MaxHeartbeatAhead = 2 * time.Minute
 
 // ParseTaint reads kubectl's taint syntax, key=value:effect.
 func ParseTaint(s string) (corev1.Taint, error) {
@@ -78,15 +93,16 @@ func same(t, want corev1.Taint) bool {
 }
 
 // Patch returns the JSON merge patch that brings node's taints in line with
-// its condition, or ok=false when nothing changes. A False and fresh
-// condition removes cfg.Taint (recording CompletedAnnotation) and
-// cfg.SoftTaint; any other state keeps cfg.Taint where it is (it is never
-// added) and adds cfg.SoftTaint when set, so that the scheduler prefers
-// proven nodes for pods that do not tolerate it. metadata.resourceVersion
-// makes the patch fail on a concurrent change instead of overwriting another
-// writer's taints.
-func Patch(node *corev1.Node, cfg Config, now time.Time) (patch []byte, ok bool, err error) {
-	ready := freshFalse(node, cfg, now) != nil
+// its condition and the approver's own proof (nil: proven), or ok=false
+// when nothing changes. A False and fresh condition, proven, removes
+// cfg.Taint (recording CompletedAnnotation) and cfg.SoftTaint; any other
+// state keeps cfg.Taint where it is (it is never added) and adds
+// cfg.SoftTaint when set, so that the scheduler prefers proven nodes for
+// pods that do not tolerate it. metadata.resourceVersion makes the patch
+// fail on a concurrent change instead of overwriting another writer's
+// taints.
+func Patch(node *corev1.Node, cfg Config, now time.Time, proof error) (patch []byte, ok bool, err error) {
+	ready := freshFalse(node, cfg, now) != nil && proof == nil
 	soft := cfg.SoftTaint.Key != ""
 	keep := []corev1.Taint{}
 	lifted, hasSoft, changed := false, false, false
@@ -132,12 +148,21 @@ func freshFalse(node *corev1.Node, cfg Config, now time.Time) *corev1.NodeCondit
 }
 
 // Fresh reports whether cond was written (heartbeat) within maxAge of now;
-// a heartbeat from the future (a node clock ahead) counts as now.
+// a heartbeat from the future counts as now up to MaxHeartbeatAhead, and
+// as stale beyond.
 func Fresh(cond *corev1.NodeCondition, maxAge time.Duration, now time.Time) bool {
 	if maxAge <= 0 {
 		maxAge = DefaultMaxConditionAge
 	}
-	return !cond.LastHeartbeatTime.IsZero() && now.Sub(cond.LastHeartbeatTime.Time) <= maxAge
+	hb := cond.LastHeartbeatTime.Time
+	return !hb.IsZero() && now.Sub(hb) <= maxAge && hb.Sub(now) <= MaxHeartbeatAhead
+}
+
+// carries reports whether node has the startup or the soft taint.
+func carries(node *corev1.Node, cfg Config) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return same(t, cfg.Taint) || (cfg.SoftTaint.Key != "" && same(t, cfg.SoftTaint))
+	})
 }
 
 // Remover applies Patch to every node it sees, while Leading.
@@ -216,20 +241,33 @@ func (r *Remover) sync(ctx context.Context, name string) error {
 		return err
 	}
 	now := time.Now()
+	c := freshFalse(node, r.cfg, now)
 	// A fresh False turns stale with no event: look again then.
-	if c := freshFalse(node, r.cfg, now); c != nil && r.cfg.SoftTaint.Key != "" {
+	if c != nil && r.cfg.SoftTaint.Key != "" {
 		r.queue.AddAfter(name, c.LastHeartbeatTime.Add(r.cfg.MaxConditionAge).Sub(now)+time.Second)
 	}
-	patch, ok, err := Patch(node, r.cfg, now)
-	if err != nil || !ok {
+	// The approver's own proof, only when a taint would go.
+	var proof error
+	if c != nil && r.cfg.Prove != nil && carries(node, r.cfg) {
+		if proof = r.cfg.Prove(ctx, node); proof != nil && r.cfg.Events != nil {
+			r.cfg.Events.Eventf(node, corev1.EventTypeWarning, "KubeletServingCertUnproven",
+				"certready: the condition is False, but the taint stays: %v", proof)
+		}
+	}
+	patch, ok, err := Patch(node, r.cfg, now, proof)
+	if err != nil {
 		return err
 	}
-	_, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		// A conflict means the node changed: the informer brings the new
-		// version and the retry re-evaluates it.
-		return fmt.Errorf("patching node %s: %w", name, err)
+	if ok {
+		if _, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			// A conflict means the node changed: the informer brings the
+			// new version and the retry re-evaluates it.
+			return fmt.Errorf("patching node %s: %w", name, err)
+		}
+		klog.FromContext(ctx).Info("Updated the node's taints", "node", name, "startupTaint", r.cfg.Taint.ToString(), "softTaint", r.cfg.SoftTaint.ToString(), "proven", proof == nil)
 	}
-	klog.FromContext(ctx).Info("Updated the node's taints", "node", name, "startupTaint", r.cfg.Taint.ToString(), "softTaint", r.cfg.SoftTaint.ToString())
+	if proof != nil {
+		return fmt.Errorf("node %s: the condition is False but its serving certificate is not proven: %w", name, proof)
+	}
 	return nil
 }

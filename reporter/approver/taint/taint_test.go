@@ -3,6 +3,7 @@ package taint_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,7 @@ func TestPatch(t *testing.T) {
 		name   string
 		soft   bool // with the soft taint configured
 		node   *corev1.Node
+		proof  error // the approver's own look at the kubelet
 		want   bool
 		remain []string
 	}{
@@ -109,6 +111,9 @@ func TestPatch(t *testing.T) {
 		{name: "False without a heartbeat keeps the taint", node: stale(node("a", corev1.ConditionFalse, key), time.Time{})},
 		{name: "heartbeat 9 min ago is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(-9*time.Minute)), want: true, remain: []string{}},
 		{name: "heartbeat from a node clock ahead is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(time.Minute)), want: true, remain: []string{}},
+		{name: "heartbeat far in the future (it would stay fresh for good) keeps the taint", node: stale(node("a", corev1.ConditionFalse, key), now.Add(10*time.Minute))},
+		{name: "fresh False, not proven by the approver: taint kept", node: node("a", corev1.ConditionFalse, key), proof: errors.New("no certificate served")},
+		{name: "soft: fresh False, not proven: soft taint added, startup taint kept", soft: true, node: node("a", corev1.ConditionFalse, key), proof: errors.New("no certificate served"), want: true, remain: []string{key, softKey}},
 		{name: "same key, other value: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "quarantine", Effect: corev1.TaintEffectNoSchedule})},
 		{name: "same key, other effect: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "pending", Effect: corev1.TaintEffectNoExecute})},
 
@@ -127,7 +132,7 @@ func TestPatch(t *testing.T) {
 			if tc.soft {
 				c.SoftTaint = soft
 			}
-			p, ok, err := taint.Patch(tc.node, c, now)
+			p, ok, err := taint.Patch(tc.node, c, now, tc.proof)
 			if err != nil || ok != tc.want {
 				t.Fatalf("ok=%v err=%v, want %v", ok, err, tc.want)
 			}
