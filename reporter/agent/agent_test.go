@@ -616,6 +616,38 @@ func TestUnlabelledCSRIsFoundByTheBoundedFallback(t *testing.T) {
 	if !strings.Contains(c.Message, "csr-x") {
 		t.Errorf("message %q does not name the CSR found by the fallback", c.Message)
 	}
+	// Every CSR read carries the signer's field selector, and all but the
+	// fallback the node's label: RBAC cannot narrow the agent's reads, so
+	// they are as narrow as the selectors make them.
+	labelled, fallback := 0, 0
+	for _, a := range h.cs.Actions() {
+		if a.GetResource().Resource != "certificatesigningrequests" {
+			continue
+		}
+		var fs, ls string
+		switch r := a.(type) {
+		case k8stesting.ListActionImpl:
+			fs, ls = r.ListRestrictions.Fields.String(), r.ListRestrictions.Labels.String()
+		case k8stesting.WatchActionImpl:
+			fs, ls = r.WatchRestrictions.Fields.String(), r.WatchRestrictions.Labels.String()
+		default:
+			continue // the harness's own gets and writes; the agent may not get (RBAC)
+		}
+		if fs != "spec.signerName=kubernetes.io/kubelet-serving" {
+			t.Errorf("%s of CSRs with field selector %q, want the signer's", a.GetVerb(), fs)
+		}
+		switch ls {
+		case names.NodeLabel + "=w1":
+			labelled++
+		case "":
+			fallback++
+		default:
+			t.Errorf("%s of CSRs with label selector %q", a.GetVerb(), ls)
+		}
+	}
+	if labelled == 0 || fallback == 0 {
+		t.Errorf("%d labelled and %d signer-wide CSR reads, want both", labelled, fallback)
+	}
 }
 
 func TestConfigErrorsNameTheFlag(t *testing.T) {

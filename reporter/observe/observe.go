@@ -15,15 +15,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/fingerprint"
@@ -139,36 +143,54 @@ func LabelledFor(c *certv1.CertificateSigningRequest, node string) bool {
 	return c.Spec.SignerName == names.SignerName && c.Labels[names.NodeLabel] == node
 }
 
-const (
-	bySignerPageSize = 250
-	bySignerMaxPages = 8 // at most 2000 CSRs per list
-)
-
-// ListBySigner returns node's kubelet-serving CSRs, reading at most 2000
-// of the signer's CSRs, in pages.
+// ListBySigner returns node's kubelet-serving CSRs from one read of every
+// CSR of the signer. Anyone who may create CSRs can make that read large
+// (hundreds of pending requests of a megabyte each): it is streamed (the
+// informer's watch-list; pages where the API server cannot stream), and
+// each CSR is trimmed as it arrives, others' to their name and every
+// request dropped. In memory: the CSR in flight, and a name per CSR.
 func ListBySigner(ctx context.Context, client kubernetes.Interface, node string) ([]*certv1.CertificateSigningRequest, error) {
 	user := names.NodeUser(node)
-	opts := metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String(),
-		Limit:         bySignerPageSize,
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
+	}))
+	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
+	mine := trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})
+	isMine := func(c *certv1.CertificateSigningRequest) bool {
+		return c.Spec.Username == user && c.Spec.SignerName == names.SignerName
+	}
+	if err := inf.SetTransform(func(obj any) (any, error) {
+		c, ok := obj.(*certv1.CertificateSigningRequest)
+		if !ok || isMine(c) {
+			return mine(obj)
+		}
+		return &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: c.Name, ResourceVersion: c.ResourceVersion}}, nil
+	}); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var lastErr error
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		mu.Lock()
+		lastErr = err
+		mu.Unlock()
+	}); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer f.Shutdown()
+	defer cancel() // before Shutdown, which waits for the informer to stop
+	f.Start(lctx.Done())
+	if !cache.WaitForCacheSync(lctx.Done(), inf.HasSynced) {
+		mu.Lock()
+		defer mu.Unlock()
+		return nil, fmt.Errorf("listing kubelet-serving CSRs: not done within 30s (last error: %v)", lastErr)
 	}
 	var out []*certv1.CertificateSigningRequest
-	for page := 0; page < bySignerMaxPages; page++ {
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		list, err := client.CertificatesV1().CertificateSigningRequests().List(lctx, opts)
-		cancel()
-		if err != nil {
-			return out, fmt.Errorf("listing kubelet-serving CSRs: %w", err)
+	for _, obj := range inf.GetStore().List() {
+		if c, ok := obj.(*certv1.CertificateSigningRequest); ok && isMine(c) {
+			out = append(out, c)
 		}
-		for i := range list.Items {
-			if list.Items[i].Spec.Username == user {
-				out = append(out, &list.Items[i])
-			}
-		}
-		if list.Continue == "" {
-			break
-		}
-		opts.Continue = list.Continue
 	}
 	return out, nil
 }

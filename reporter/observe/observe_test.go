@@ -1,16 +1,22 @@
 package observe_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
@@ -111,5 +117,36 @@ func TestEvidenceRule(t *testing.T) {
 				t.Errorf("result %+v, want state %s CSR %q", res, tc.wantState, tc.wantCSR)
 			}
 		})
+	}
+}
+
+// ListBySigner returns the node's CSRs only, without their requests, from a
+// signer-wide read that others can fill with large requests.
+func TestListBySignerKeepsOnlyTheNodesCSRsWithoutRequests(t *testing.T) {
+	big := bytes.Repeat([]byte("A"), 1<<20)
+	var objs []runtime.Object
+	for i, node := range []string{"w1", "flood", "flood", "w1"} {
+		c := csrFor(fmt.Sprintf("csr-%d", i), node, false, []byte("-----BEGIN CERTIFICATE-----"))
+		c.Spec.Request = big
+		objs = append(objs, c)
+	}
+	other := csrFor("csr-other-signer", "w1", false, nil)
+	other.Spec.SignerName = "example.com/other"
+	objs = append(objs, other)
+	cs := fake.NewClientset(objs...)
+	got, err := observe.ListBySigner(context.Background(), cs, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got {
+		names = append(names, c.Name)
+		if len(c.Spec.Request) != 0 || len(c.Status.Certificate) == 0 {
+			t.Errorf("%s: request of %d bytes kept, certificate %d bytes", c.Name, len(c.Spec.Request), len(c.Status.Certificate))
+		}
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "csr-0,csr-3" {
+		t.Errorf("listed %v, want w1's kubelet-serving CSRs csr-0 and csr-3", names)
 	}
 }
