@@ -199,8 +199,6 @@ func TestChartEqualsKustomize(t *testing.T) {
 		{name: "monitoring is the monitoring component", values: map[string]any{"monitoring": map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}}},
 			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/monitoring\n"},
-		{name: "approver.pool is the approver-pool component", values: map[string]any{"approver": map[string]any{"pool": map[string]any{"enabled": true}}},
-			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/approver-pool\n"},
 		{name: "namespace.name is kustomize's namespace:", values: map[string]any{"namespace": map[string]any{"name": "platform-certs"}},
 			kustomization: "namespace: platform-certs\nresources:\n- ../standalone\n"},
 		{name: "capi is the capi-management overlay", values: map[string]any{"capi": map[string]any{"enabled": true}},
@@ -255,7 +253,7 @@ var everyValue = map[string]any{
 	},
 	"approver": map[string]any{
 		"replicas": 3, "priorityClassName": "", "nodeSelector": map[string]any{"pool": "system"},
-		"tolerations": []any{}, "affinity": map[string]any{}, "pool": map[string]any{"enabled": true},
+		"tolerations": []any{}, "affinity": map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": nil}},
 		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "approver"}}}},
 		"resources":           map[string]any{"limits": map[string]any{"memory": "1Gi"}},
@@ -267,7 +265,6 @@ var everyValue = map[string]any{
 		"extraArgs": []any{"--workers=8"},
 	},
 	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
-	"confinement":       map[string]any{"enabled": false},
 	"criticalPodsQuota": map[string]any{"enabled": false},
 	"monitoring":        map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "serviceMonitor": map[string]any{"enabled": true, "interval": "1m"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}},
 	"npd":               map[string]any{"enabled": false},
@@ -342,7 +339,8 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"agent.tolerations", len(a.Tolerations) == 1 && a.Tolerations[0].Key == "dedicated"},
 		{"approver.tolerations empty: none", len(p.Tolerations) == 0},
 		{"agent.affinity", a.Affinity != nil && a.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "kubernetes.io/arch"},
-		{"approver.pool: the trusted pool required", p.Affinity != nil && p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "node-restriction.kubernetes.io/certready-approver-pool"},
+		{"approver.affinity: null drops a default (the trusted pool stays required)", p.Affinity != nil && len(p.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 &&
+			p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "node-restriction.kubernetes.io/certready-approver-pool"},
 		{"approver.topologySpreadConstraints", len(p.TopologySpreadConstraints) == 1 && p.TopologySpreadConstraints[0].TopologyKey == "topology.kubernetes.io/zone"},
 		{"approver.replicas", *approver.Spec.Replicas == 3},
 		{"agent.maxUnavailable", agent.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntValue() == 3},
@@ -352,7 +350,10 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"imagePullSecrets on both ServiceAccounts", countPullSecrets(find[*corev1.ServiceAccount](objs)) == 2},
 		{"no PodDisruptionBudget", len(kinds["PodDisruptionBudget"]) == 0},
 		{"FlowSchema priority level", len(kinds["FlowSchema"]) == 1 && strings.Contains(mustJSON(kinds["FlowSchema"][0]), `"global-default"`)},
-		{"confinement.enabled=false: no policies", len(kinds["ValidatingAdmissionPolicy"]) == 0 && len(kinds["ValidatingAdmissionPolicyBinding"]) == 0},
+		{"policies name the renamed service accounts and the condition type", len(kinds["ValidatingAdmissionPolicy"]) == 4 &&
+			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-certready-agent'") &&
+			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-certready-approver'") &&
+			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "'ServingCertNotProven'")},
 		{"criticalPodsQuota.enabled=false", len(kinds["ResourceQuota"]) == 0},
 		{"taint.mode=nrc: one rule (no placement rule), dry run, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
 			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"dryRun":true`) && strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"pool":"linux-workers"`) &&
@@ -361,7 +362,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			!slices.ContainsFunc(find[*rbacv1.ClusterRole](objs), func(r *rbacv1.ClusterRole) bool { return strings.HasSuffix(r.Name, "taint-fallback") })},
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
 		{"ServiceMonitor interval and namespace", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) && strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"matchNames":["platform-certs"]`)},
-		{"conditionType on the agent's ServiceAccount (the policies' parameter)", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
+		{"conditionType on the agent's ServiceAccount", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -403,6 +404,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"npd and the agent both writing the condition", map[string]any{"npd": map[string]any{"enabled": true}}, "set agent.enabled=false"},
 		{"npd beside the Cluster API mode", map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}, "capi": map[string]any{"enabled": true}}, "install them apart"},
 		{"shared addresses beside the Cluster API mode", map[string]any{"capi": map[string]any{"enabled": true}, "approver": map[string]any{"policy": map[string]any{"allowSharedAddresses": true}}}, "always refuses one two Machines claim"},
+		{"confinement off while the agent patches nodes/status", map[string]any{"confinement": map[string]any{"enabled": false}}, "confinement.enabled=false while the agent"},
+		{"confinement off while node-problem-detector patches nodes/status", map[string]any{"confinement": map[string]any{"enabled": false}, "npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}}, "confinement.enabled=false while the agent or node-problem-detector"},
+		{"npd without a service account to name", map[string]any{"npd": map[string]any{"enabled": true, "serviceAccount": ""}, "agent": map[string]any{"enabled": false}}, "at '/npd/serviceAccount': minLength"},
 		{"a value the chart does not have", map[string]any{"approvr": map[string]any{"replicas": 1}}, "approvr"},
 		{"a mistyped value", map[string]any{"approver": map[string]any{"replicas": "two"}}, "replicas"},
 	} {

@@ -21,37 +21,54 @@ func buildOverlay(t *testing.T, kustomization string) []runtime.Object {
 	return decodeStrict(t, kustomizeMaps(t, kustomization, nil))
 }
 
-// evalBool evaluates a policy's CEL expression over plain maps standing in
-// for request and params (the API server types them; the logic is the same).
-func evalBool(t *testing.T, expr string, vars map[string]any) bool {
+// evalPolicy evaluates expr of policy p over plain maps standing in for
+// request (the API server types them; the logic is the same), with the
+// policy's variables evaluated first, as the API server does.
+func evalPolicy(t *testing.T, p *admissionv1.ValidatingAdmissionPolicy, expr string, request map[string]any) bool {
 	t.Helper()
-	env, err := cel.NewEnv(cel.Variable("request", cel.DynType), cel.Variable("params", cel.DynType))
+	env, err := cel.NewEnv(cel.Variable("request", cel.DynType), cel.Variable("variables", cel.DynType),
+		cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ast, iss := env.Compile(expr)
-	if iss.Err() != nil {
-		t.Fatalf("%s: %v", expr, iss.Err())
+	eval := func(expr string, vars map[string]any) any {
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("policy %s: %s: %v", p.Name, expr, iss.Err())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := prg.Eval(map[string]any{"request": request, "variables": vars, "object": map[string]any{}, "oldObject": map[string]any{}})
+		if err != nil {
+			return nil // a variable that reads the object: not needed to match
+		}
+		return out.Value()
 	}
-	prg, err := env.Program(ast)
-	if err != nil {
-		t.Fatal(err)
+	vars := map[string]any{}
+	for _, v := range p.Spec.Variables {
+		if val := eval(v.Expression, vars); val != nil {
+			vars[v.Name] = val
+		}
 	}
-	out, _, err := prg.Eval(vars)
-	if err != nil {
-		t.Fatalf("%s: %v", expr, err)
-	}
-	b, ok := out.Value().(bool)
+	b, ok := eval(expr, vars).(bool)
 	if !ok {
-		t.Fatalf("%s: not a bool: %v", expr, out)
+		t.Fatalf("policy %s: %s: not a bool", p.Name, expr)
 	}
 	return b
 }
 
+func user(name string) map[string]any {
+	return map[string]any{"userInfo": map[string]any{"username": name}}
+}
+
 // TestPoliciesFollowTheAgentThroughRenames builds the shipped overlays, and
 // overlays on top of them that rename the namespace and prefix every name,
-// and proves that each admission policy's binding still points at the
-// agent's ServiceAccount and that the policies match exactly its username.
+// and proves that each admission policy names, in itself, exactly the
+// username of the agent's or the approver's ServiceAccount as built, and
+// the condition type the agent's ServiceAccount carries: no parameter that
+// could go missing.
 func TestPoliciesFollowTheAgentThroughRenames(t *testing.T) {
 	for _, tc := range []struct {
 		name, kustomization string
@@ -64,62 +81,67 @@ func TestPoliciesFollowTheAgentThroughRenames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := buildOverlay(t, tc.kustomization)
-			ds := find[*appsv1.DaemonSet](objs)
-			if len(ds) != 1 {
-				t.Fatalf("%d DaemonSets", len(ds))
+			ds, deps := find[*appsv1.DaemonSet](objs), find[*appsv1.Deployment](objs)
+			if len(ds) != 1 || len(deps) != 1 {
+				t.Fatalf("%d DaemonSets, %d Deployments", len(ds), len(deps))
 			}
-			agentNS, agentSA := ds[0].Namespace, ds[0].Spec.Template.Spec.ServiceAccountName
-			agentUser := "system:serviceaccount:" + agentNS + ":" + agentSA
-			var sa *corev1.ServiceAccount
-			for _, s := range find[*corev1.ServiceAccount](objs) {
-				if s.Name == agentSA && s.Namespace == agentNS {
-					sa = s
+			agentUser := "system:serviceaccount:" + ds[0].Namespace + ":" + ds[0].Spec.Template.Spec.ServiceAccountName
+			approverUser := "system:serviceaccount:" + deps[0].Namespace + ":" + deps[0].Spec.Template.Spec.ServiceAccountName
+			condType := ""
+			for _, sa := range find[*corev1.ServiceAccount](objs) {
+				if sa.Name == ds[0].Spec.Template.Spec.ServiceAccountName {
+					condType = sa.Annotations["certready.io/condition-type"]
 				}
 			}
-			if sa == nil {
-				t.Fatalf("the agent's ServiceAccount %s/%s is not in the build", agentNS, agentSA)
+			if condType == "" {
+				t.Fatal("the agent's ServiceAccount carries no certready.io/condition-type")
 			}
-			params := map[string]any{"metadata": map[string]any{"namespace": sa.Namespace, "name": sa.Name, "annotations": sa.Annotations}}
 			policies := map[string]*admissionv1.ValidatingAdmissionPolicy{}
 			for _, p := range find[*admissionv1.ValidatingAdmissionPolicy](objs) {
-				policies[p.Name] = p
+				policies[strings.TrimSuffix(strings.TrimPrefix(p.Name, "acme-"), "-v2")] = p
 			}
-			bindings := find[*admissionv1.ValidatingAdmissionPolicyBinding](objs)
-			if len(bindings) != 2 || len(policies) != 2 {
-				t.Fatalf("%d bindings, %d policies; want the confinement and the condition-writers pair", len(bindings), len(policies))
+			// Who each policy applies to: true for those it must match.
+			want := map[string]map[string]bool{
+				"certready-agent-node-confinement": {agentUser: true},
+				"certready-agent-events":           {agentUser: true},
+				"certready-approver-node-writes":   {approverUser: true},
+				"certready-condition-writers": {approverUser: true, "system:serviceaccount:certready-system:certready-agent-x": true,
+					"system:node:worker-1": true, "kubernetes-admin": true},
 			}
-			for _, b := range bindings {
-				p := policies[b.Spec.PolicyName]
+			if len(policies) != len(want) || len(find[*admissionv1.ValidatingAdmissionPolicyBinding](objs)) != len(want) {
+				t.Fatalf("policies %v, %d bindings; want %d of each", policies, len(find[*admissionv1.ValidatingAdmissionPolicyBinding](objs)), len(want))
+			}
+			for _, b := range find[*admissionv1.ValidatingAdmissionPolicyBinding](objs) {
+				if b.Spec.ParamRef != nil || b.Spec.PolicyName != b.Name {
+					t.Errorf("binding %s: paramRef %+v, policy %s; want no parameter, its own policy", b.Name, b.Spec.ParamRef, b.Spec.PolicyName)
+				}
+			}
+			for name, applies := range want {
+				p := policies[name]
 				if p == nil {
-					t.Fatalf("binding %s names policy %q, not in the build", b.Name, b.Spec.PolicyName)
+					t.Fatalf("no policy %s", name)
 				}
-				ref := b.Spec.ParamRef
-				if ref == nil || ref.Name != sa.Name || ref.Namespace != sa.Namespace {
-					t.Errorf("binding %s: paramRef %+v, want the agent's ServiceAccount %s/%s", b.Name, ref, sa.Namespace, sa.Name)
+				if p.Spec.ParamKind != nil || len(p.Spec.MatchConditions) != 1 {
+					t.Fatalf("policy %s: paramKind %+v, %d match conditions", p.Name, p.Spec.ParamKind, len(p.Spec.MatchConditions))
 				}
-				if p.Spec.ParamKind == nil || p.Spec.ParamKind.Kind != "ServiceAccount" {
-					t.Errorf("policy %s: paramKind %+v, want ServiceAccount", p.Name, p.Spec.ParamKind)
+				for _, u := range []string{agentUser, approverUser, "system:serviceaccount:certready-system:certready-agent-x", "system:node:worker-1", "kubernetes-admin"} {
+					if got := evalPolicy(t, p, p.Spec.MatchConditions[0].Expression, user(u)); got != applies[u] {
+						t.Errorf("policy %s applies to %s: %v, want %v", p.Name, u, got, applies[u])
+					}
 				}
-				if len(p.Spec.MatchConditions) != 1 {
-					t.Fatalf("policy %s: %d match conditions", p.Name, len(p.Spec.MatchConditions))
+				if strings.Contains(mustJSON(p), "$(") {
+					t.Errorf("policy %s keeps an unresolved kustomize var", p.Name)
 				}
-				expr := p.Spec.MatchConditions[0].Expression
-				agentMatches := evalBool(t, expr, map[string]any{"request": map[string]any{"userInfo": map[string]any{"username": agentUser}}, "params": params})
-				otherMatches := evalBool(t, expr, map[string]any{"request": map[string]any{"userInfo": map[string]any{"username": "system:serviceaccount:certready-system:certready-agent-x"}}, "params": params})
-				kubeletMatches := evalBool(t, expr, map[string]any{"request": map[string]any{"userInfo": map[string]any{"username": "system:node:worker-1"}}, "params": params})
-				confines := strings.HasPrefix(p.Spec.MatchConditions[0].Name, "is-certready-agent")
-				if confines && (!agentMatches || otherMatches || kubeletMatches) {
-					t.Errorf("policy %s applies to agent=%v other=%v kubelet=%v; want the agent %s only", p.Name, agentMatches, otherMatches, kubeletMatches, agentUser)
-				}
-				if !confines && (agentMatches || !otherMatches || !kubeletMatches) {
-					t.Errorf("policy %s applies to agent=%v other=%v kubelet=%v; want everyone but the agent %s", p.Name, agentMatches, otherMatches, kubeletMatches, agentUser)
+			}
+			for _, name := range []string{"certready-agent-node-confinement", "certready-condition-writers"} {
+				if !strings.Contains(mustJSON(policies[name].Spec.Variables), "'"+condType+"'") {
+					t.Errorf("policy %s does not guard the condition %s the agent's ServiceAccount names", name, condType)
 				}
 			}
 			// The approver's FlowSchema follows its ServiceAccount too.
-			deps := find[*appsv1.Deployment](objs)
 			flows := find[*flowcontrolv1.FlowSchema](objs)
-			if len(deps) != 1 || len(flows) != 1 {
-				t.Fatalf("%d Deployments, %d FlowSchemas; want the approver's one each", len(deps), len(flows))
+			if len(flows) != 1 {
+				t.Fatalf("%d FlowSchemas; want the approver's one", len(flows))
 			}
 			wantSA := flowcontrolv1.ServiceAccountSubject{Namespace: deps[0].Namespace, Name: deps[0].Spec.Template.Spec.ServiceAccountName}
 			subjects := flows[0].Spec.Rules[0].Subjects

@@ -11,16 +11,17 @@ import (
 )
 
 // TestApproverPlacement pins where the approver may run: Linux, critical,
-// spread, preferring the control plane, tolerating exactly the control-plane
-// and readiness taints; with the pool component, only on control-plane
-// nodes or nodes carrying a label kubelets cannot set on themselves.
+// spread, only on control-plane nodes or nodes carrying a label kubelets
+// cannot set on themselves, preferring the control plane, tolerating
+// exactly the control-plane and readiness taints.
 func TestApproverPlacement(t *testing.T) {
 	for _, tc := range []struct {
 		name, kustomization string
-		pool                bool
 	}{
-		{"base", "resources:\n- ../../base\n", false},
-		{"with the approver-pool component", "resources:\n- ../../overlays/standalone\ncomponents:\n- ../../components/approver-pool\n", true},
+		{"base", "resources:\n- ../../base\n"},
+		{"standalone", "resources:\n- ../../overlays/standalone\n"},
+		{"nrc", "resources:\n- ../../overlays/nrc\n"},
+		{"capi-management", "resources:\n- ../../overlays/capi-management\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := buildOverlay(t, tc.kustomization)
@@ -44,26 +45,25 @@ func TestApproverPlacement(t *testing.T) {
 				t.Errorf("no preference for the control plane: %+v", na.PreferredDuringSchedulingIgnoredDuringExecution)
 			}
 			req := na.RequiredDuringSchedulingIgnoredDuringExecution
-			if !tc.pool && req != nil {
-				t.Errorf("base requires %+v: a cluster without those nodes could never run the approver", req)
+			if req == nil || len(req.NodeSelectorTerms) != 2 {
+				t.Fatalf("required affinity %+v: want the control plane or the trusted pool", req)
 			}
-			if tc.pool {
-				if req == nil || len(req.NodeSelectorTerms) != 2 {
-					t.Fatalf("pool component: required affinity %+v", req)
+			var required []string
+			for _, term := range req.NodeSelectorTerms {
+				if len(term.MatchExpressions) != 1 || term.MatchExpressions[0].Operator != corev1.NodeSelectorOpExists {
+					t.Errorf("term %+v", term)
+					continue
 				}
-				for _, term := range req.NodeSelectorTerms {
-					k := term.MatchExpressions[0].Key
-					if k != "node-role.kubernetes.io/control-plane" && k != "node-restriction.kubernetes.io/certready-approver-pool" {
-						t.Errorf("pool term on %q: a label a kubelet may set on itself lets a node volunteer", k)
-					}
-				}
+				required = append(required, term.MatchExpressions[0].Key)
+			}
+			if !slices.Equal(required, []string{"node-restriction.kubernetes.io/certready-approver-pool", "node-role.kubernetes.io/control-plane"}) {
+				t.Errorf("required on %v: a label a kubelet may set on itself would let a node volunteer", required)
 			}
 			if len(spec.TopologySpreadConstraints) != 1 || spec.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" {
 				t.Errorf("spread %+v", spec.TopologySpreadConstraints)
 			}
-			agent := find[*appsv1.DaemonSet](objs)[0]
-			if agent.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
-				t.Errorf("agent nodeSelector %v", agent.Spec.Template.Spec.NodeSelector)
+			if agents := find[*appsv1.DaemonSet](objs); len(agents) == 1 && agents[0].Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("agent nodeSelector %v", agents[0].Spec.Template.Spec.NodeSelector)
 			}
 			quota := false
 			for _, q := range find[*corev1.ResourceQuota](objs) {
