@@ -14,7 +14,11 @@ import (
 func (c *Cluster) issueControlPlane() error {
 	p := c.pki
 	ips := []net.IP{net.ParseIP(APIServerIP), net.ParseIP(ServiceIP), net.ParseIP("127.0.0.1")}
-	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}
+	// As kubeadm's: the control-plane node's name beside the Service's
+	// names, and an external name (a load balancer's, kubeadm's
+	// certSANs): the approver learns both from this certificate.
+	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost",
+		"control-plane", "api.certready.test"}
 	if err := p.issue("apiserver", "kube-apiserver", nil, ips, dns, x509.ExtKeyUsageServerAuth); err != nil {
 		return err
 	}

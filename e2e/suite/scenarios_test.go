@@ -610,12 +610,12 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 	waitCondition(t, ctx, w, 2*time.Minute, "untainted once the agent is back and writes a fresh heartbeat", readyAndUntainted)
 }
 
-// Approver placement with the real scheduler. The taint fallback keeps the
-// soft (PreferNoSchedule) taint on a node whose certificate is not proven:
-// here w, whose agent is gone and whose condition went stale. With only
-// unproven nodes to run on, the approver still runs there and approves (a
-// new cluster must not deadlock); as soon as a proven node can take it, it
-// never lands on the unproven one.
+// Approver placement with the real scheduler, in a trusted pool of two
+// workers. The taint fallback keeps the soft (PreferNoSchedule) taint on a
+// node whose certificate is not proven: here w, whose agent is gone and
+// whose condition went stale. With only unproven nodes to run on, the
+// approver still runs there and approves (a new pool must not deadlock);
+// as soon as a proven node can take it, it never lands on the unproven one.
 func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
 	ctx := ctxT(t, 8*time.Minute)
 	workers := cluster.Workers()
@@ -638,6 +638,10 @@ func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
 		  {"op":"add","path":"/spec/template/spec/affinity","value":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}]`, w.Name))
 	kubectl("-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p",
 		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--condition-max-age=15s"}]`)
+	// The approver runs only on the control plane or the trusted pool: the
+	// workers join the pool, as an operator labels the nodes it trusts.
+	const pool = "node-restriction.kubernetes.io/certready-approver-pool"
+	kubectl("label", "node", w.Name, x.Name, pool+"=true")
 	var held []string
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -645,6 +649,7 @@ func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
 		for _, n := range held {
 			_, _ = cluster.Kubectl(ctx, "taint", "node", n, hold+"-")
 		}
+		_, _ = cluster.Kubectl(ctx, "label", "node", w.Name, x.Name, pool+"-")
 		_, _ = cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=json", "-p", `[{"op":"remove","path":"/spec/template/spec/affinity"}]`)
 		if _, err := cluster.Kubectl(ctx, "apply", "-k", standalone); err != nil {
 			t.Error(err)
@@ -836,8 +841,9 @@ func approverWith(t *testing.T, ctx context.Context, args ...string) {
 }
 
 // One identity's pile of requests (a stuck kubelet re-requests about every
-// 15 minutes) counts once against the flood guard: with --max-pending=5, a
-// node that has filed six is superseded down to its newest, and a real
+// 15 minutes) counts once against the flood guard, and identities no Node
+// has do not count at all: with --max-pending=5, a node that has filed six
+// is superseded down to its newest, six minted identities wait, and a real
 // worker asking meanwhile is still approved. (Counting CSRs, as before,
 // the six alone tripped the guard for the whole cluster.) The limit leaves
 // room for two more nodes whose kubelets happen to have a request pending
@@ -858,6 +864,19 @@ func TestOneNodesPileOfRequestsStopsNobody(t *testing.T) {
 		waitCSREvent(t, ctx, name, "SupersededByNewerRequest")
 	}
 	t.Logf("%s's newest: %s", flooder, waitCSREvent(t, ctx, pile[len(pile)-1], "NodeNotInInventory"))
+	// Identities minted with a bootstrap token (any system:node:<name> a
+	// holder asks for), more than the limit: no Node has their names, so
+	// they are no node of the inventory and do not count.
+	var minted []string
+	for i := 0; i < 6; i++ {
+		m := fmt.Sprintf("minted-%d", i)
+		c, _ := createServingCSR(t, ctx, impersonating(t, names.NodeUser(m), "system:nodes", "system:authenticated"), names.NodeUser(m),
+			metav1.ObjectMeta{GenerateName: "e2e-" + m + "-"}, m, "198.51.100.8")
+		deleteCSRAtCleanup(t, c.Name)
+		minted = append(minted, c.Name)
+		waitCSREvent(t, ctx, c.Name, "NodeNotInInventory")
+	}
+	pile = append(pile, minted...)
 
 	w := cluster.Workers()[0]
 	name, _ := requestServingCert(t, ctx, w.Name, w.IP)
@@ -874,7 +893,7 @@ func TestOneNodesPileOfRequestsStopsNobody(t *testing.T) {
 			t.Fatalf("the flooder's %s: %v %+v", n, err, c.Status.Conditions)
 		}
 	}
-	t.Logf("%s approved beside %s's pile of %d", name, flooder, len(pile))
+	t.Logf("%s approved beside %s's pile and %d minted identities (%d requests)", name, flooder, len(minted), len(pile))
 }
 
 // A spoofed certready.io/node label: anyone who may create CSRs can label

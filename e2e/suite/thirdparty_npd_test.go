@@ -6,6 +6,7 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -188,9 +190,36 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
 	}
 
+	// NPD's own node-bound token is confined to its node like the agent's:
+	// its conditions, nothing else, and no other node's.
+	w := cluster.Workers()[0].Name
+	npd := boundClient(t, ctx, "kube-system", "node-problem-detector", podOn(t, ctx, "kube-system", "app=node-problem-detector", w))
+	stamp := time.Now().UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		name, node string
+		patch      map[string]any
+		allowed    bool
+	}{
+		{"another node's condition", cluster.Workers()[1].Name, map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+			"type": deploy.ConditionType, "status": "False", "reason": "Forged", "message": "forged", "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}}}}, false},
+		{"its own node's addresses", w, map[string]any{"status": map[string]any{"addresses": []map[string]any{{"type": "InternalIP", "address": "192.0.2.250"}}}}, false},
+		{"another condition of its own node (its job)", w, map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+			"type": "E2EProblem", "status": "False", "reason": "E2E", "message": "e2e", "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}}}}, true},
+	} {
+		body, _ := json.Marshal(tc.patch)
+		_, err := npd.CoreV1().Nodes().PatchStatus(ctx, tc.node, body)
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("NPD's token, %s: refused: %v", tc.name, err)
+		case !tc.allowed && (err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "certready-npd-node-confinement")):
+			t.Errorf("NPD's token, %s: %v, want Forbidden by certready-npd-node-confinement", tc.name, err)
+		case !tc.allowed:
+			t.Logf("NPD's token, %s: refused: %v", tc.name, err)
+		}
+	}
+
 	// A node verified long before NPD started: Unknown (PublishPending),
 	// then False, both written by NPD.
-	w := cluster.Workers()[0].Name
 	byNPD := func(n *corev1.Node) bool {
 		c := certCondition(n)
 		return c != nil && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.Time.Before(handOver.Truncate(time.Second))
@@ -250,7 +279,8 @@ func handBackToTheAgent(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "kube-system", "delete", "--ignore-not-found", "daemonset/node-problem-detector", "configmap/node-problem-detector-config",
 			"configmap/certready-npd-plugin", "serviceaccount/node-problem-detector"},
-		{"delete", "--ignore-not-found", "clusterrolebinding/npd-binding", "clusterrolebinding/certready-npd-plugin", "clusterrole/certready-npd-plugin"},
+		{"delete", "--ignore-not-found", "clusterrolebinding/npd-binding", "clusterrolebinding/certready-npd-plugin", "clusterrole/certready-npd-plugin",
+			"validatingadmissionpolicybinding/certready-npd-node-confinement", "validatingadmissionpolicy/certready-npd-node-confinement"},
 		{"apply", "-k", standalone},
 	} {
 		if out, err := cluster.Kubectl(ctx, args...); err != nil {

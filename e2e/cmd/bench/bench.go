@@ -148,7 +148,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		return nil, err
 	}
 	b.approverArgs = []string{bins.Certready, "approver", "--kubeconfig=" + approverKC,
-		"--leader-elect-namespace=" + approverNS, "--remove-startup-taint=" + taintKey + "=pending:NoSchedule",
+		"--leader-elect-namespace=" + approverNS, "--remove-startup-taint=" + taintKey + "=pending:NoSchedule", "--kubelet-ca-file=" + ca,
 		"--metrics-addr=127.0.0.1:9731", "--health-addr=127.0.0.1:9732", "--profiling"}
 	if err := b.startApprover(ctx); err != nil {
 		return nil, err

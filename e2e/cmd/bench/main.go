@@ -43,6 +43,7 @@ type results struct {
 	Storms      []stormResult     `json:"storms,omitempty"`
 	Load        []loadResult      `json:"apiLoad,omitempty"`
 	Footprint   []footprintSample `json:"footprint,omitempty"`
+	Flood       *floodResult      `json:"flood,omitempty"`
 	BinaryBytes int64             `json:"binaryBytes"`
 	Notes       map[string]string `json:"notes"`
 }
@@ -56,12 +57,18 @@ func main() {
 	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
 	out := pflag.String("out", "../bench-results", "folder for the JSON results")
 	manifests := pflag.String("manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
-	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, short windows")
+	var fl floodSpec
+	pflag.IntVar(&fl.n, "flood", 200, "large-request flood: this many pending CSRs of --flood-bytes (0: skip)")
+	pflag.IntVar(&fl.bytes, "flood-bytes", 1<<20, "size of each flood CSR")
+	pflag.IntVar(&fl.identities, "flood-identities", 8, "node identities (no Node of theirs) filing the flood")
+	pflag.IntVar(&fl.valid, "flood-valid", 20, "real nodes asking for their certificates during the flood")
+	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, a flood of 10, short windows")
 	pflag.Parse()
 	if *smoke {
 		*storms, *naive, *transitions, *fleet, *window, *idle = "10", "10", 3, "1,10", 10*time.Second, 5*time.Second
+		fl = floodSpec{n: 10, bytes: 256 << 10, identities: 2, valid: 3}
 	}
-	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, *out, *manifests); err != nil {
+	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, fl, *out, *manifests); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -91,7 +98,10 @@ rules:
 - level: None
 `
 
-func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, outDir, manifests string) error {
+// floodSpec sizes the large-request flood (flood.go).
+type floodSpec struct{ n, bytes, identities, valid int }
+
+func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, fl floodSpec, outDir, manifests string) error {
 	stormSizes, err := ints(stormSpec)
 	if err != nil {
 		return fmt.Errorf("--storm: %w", err)
@@ -149,6 +159,15 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 		if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
 			return err
 		}
+	}
+	// Before the storms: their caches and garbage would be the approver's
+	// RSS here.
+	if fl.n > 0 {
+		f, err := b.flood(ctx, fl.n, fl.bytes, fl.identities, fl.valid)
+		if err != nil {
+			return err
+		}
+		res.Flood = &f
 	}
 	type planned struct {
 		n        int
@@ -244,5 +263,11 @@ func print(r results) {
 		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.2f millicores\n", f.Phase, f.Process, float64(f.RSSBytes)/(1<<20), f.Millicores)
 	}
 	fmt.Fprintf(w, "binary\tcertready\t%.1f MiB\t\n", float64(r.BinaryBytes)/(1<<20))
+	if f := r.Flood; f != nil {
+		fmt.Fprintln(w, "\n== 5. Large-request flood (pending CSRs, spoofing the agent's node label)\tCSRs x size\tidentities\trefused unread\tapprover peak RSS (before)\tagent peak RSS (before)\tvalid approved meanwhile\tp50 / p99\trestarts")
+		fmt.Fprintf(w, "flood\t%d x %d KiB\t%d\t%.0f\t%.1f MiB (%.1f)\t%.1f MiB (%.1f)\t%d of %d\t%s / %s\t%d\n", f.N, f.Bytes>>10, f.Identities, f.Refused,
+			float64(f.ApproverPeakRSS)/(1<<20), float64(f.ApproverRSSBefore)/(1<<20), float64(f.AgentPeakRSS)/(1<<20), float64(f.AgentRSSBefore)/(1<<20),
+			len(f.ValidLatencies), f.Valid, ms(pct(f.ValidLatencies, .5)), ms(pct(f.ValidLatencies, .99)), len(f.Restarted))
+	}
 	w.Flush()
 }
