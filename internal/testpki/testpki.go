@@ -264,9 +264,18 @@ func ServeTLS(t TB, p *Pair) string {
 
 // ServeTLSOn is ServeTLS on addr (an IPv6 loopback, for one).
 func ServeTLSOn(t TB, addr string, p *Pair) string {
+	return ServeCurrent(t, addr, func() *Pair { return p })
+}
+
+// ServeCurrent serves on addr, at each handshake, the pair current returns
+// (a kubelet that picks up a new certificate), until the test ends.
+func ServeCurrent(t TB, addr string, current func() *Pair) string {
 	ln, err := tls.Listen("tcp", addr, &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}},
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			p := current()
+			return &tls.Certificate{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}, nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

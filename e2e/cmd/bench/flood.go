@@ -38,8 +38,11 @@ type floodResult struct {
 	AgentPeakRSS      int64 `json:"agentPeakRSSBytes"`
 	ApproverRSSBefore int64 `json:"approverRSSBytesBefore"`
 	AgentRSSBefore    int64 `json:"agentRSSBytesBefore"`
-	// Refused counts the approver's RequestTooLarge decisions.
-	Refused float64 `json:"refusedTooLarge"`
+	// Refused counts the approver's RequestTooLarge decisions (one per
+	// identity's newest request) and Superseded the requests it left
+	// behind a newer one of the same identity (the rest).
+	Refused    float64 `json:"refusedTooLarge"`
+	Superseded float64 `json:"superseded"`
 	// Valid real nodes' CSRs filed during the flood, and how long each
 	// took to be approved.
 	Valid          int             `json:"valid"`
@@ -84,7 +87,7 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 			}
 		}
 	}()
-	before, err := b.refusedTooLarge(ctx)
+	refusedBefore, supersededBefore, err := b.floodDecisions(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -93,6 +96,16 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 	validNames := make([]string, valid)
 	validClients := make([]kubernetes.Interface, valid)
 	validCSRs := make([]*certv1.CertificateSigningRequest, valid)
+	defer func() {
+		// The storms after this one reuse the addresses: gone first.
+		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
+		for _, name := range validNames {
+			if name != "" {
+				_ = b.c.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+			}
+		}
+	}()
 	for i := 0; i < valid; i++ {
 		if err := b.prepareStormNode(ctx, run, i, validNames, validClients, validCSRs); err != nil {
 			return res, err
@@ -172,14 +185,15 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 	for _, d := range approved {
 		res.ValidLatencies = append(res.ValidLatencies, d)
 	}
-	// Every flood CSR decided (refused unread).
+	// Every flood CSR decided: the newest of each identity refused unread,
+	// the others superseded.
 	want := float64(len(created))
-	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver to refuse every flood CSR", func() (bool, error) {
-		v, err := b.refusedTooLarge(ctx)
-		res.Refused = v - before
-		return err == nil && res.Refused >= want, nil
+	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver to decide every flood CSR", func() (bool, error) {
+		refused, superseded, err := b.floodDecisions(ctx)
+		res.Refused, res.Superseded = refused-refusedBefore, superseded-supersededBefore
+		return err == nil && res.Refused >= float64(min(identities, len(created))) && res.Refused+res.Superseded >= want, nil
 	}); err != nil {
-		return res, err
+		return res, fmt.Errorf("%w (refused %v, superseded %v of %v)", err, res.Refused, res.Superseded, want)
 	}
 	res.Duration = time.Since(start)
 	close(stop)
@@ -230,15 +244,23 @@ func (b *bench) createLarge(ctx context.Context, id, name string, size int) (str
 	return created.Name, nil
 }
 
-// refusedTooLarge is the approver's count of RequestTooLarge refusals.
-func (b *bench) refusedTooLarge(ctx context.Context) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, approverMetrics, nil)
-	resp, err := b.c.HTTPClient().Do(req)
-	if err != nil {
-		return 0, err
+// floodDecisions are the approver's counts of RequestTooLarge refusals and
+// of requests superseded by a newer one.
+func (b *bench) floodDecisions(ctx context.Context) (refused, superseded float64, err error) {
+	read := func(want map[string]string) (float64, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, approverMetrics, nil)
+		resp, err := b.c.HTTPClient().Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return sumSeries(resp.Body, "certready_approver_decisions_total", want)
 	}
-	defer resp.Body.Close()
-	return sumSeries(resp.Body, "certready_approver_decisions_total", map[string]string{"decision": "refused", "reason": "RequestTooLarge"})
+	if refused, err = read(map[string]string{"decision": "refused", "reason": "RequestTooLarge"}); err != nil {
+		return 0, 0, err
+	}
+	superseded, err = read(map[string]string{"decision": "superseded"})
+	return refused, superseded, err
 }
 
 // vmHWM is pid's peak resident set since its last reset (0 when unknown).

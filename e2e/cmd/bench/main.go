@@ -264,8 +264,8 @@ func print(r results) {
 	}
 	fmt.Fprintf(w, "binary\tcertready\t%.1f MiB\t\n", float64(r.BinaryBytes)/(1<<20))
 	if f := r.Flood; f != nil {
-		fmt.Fprintln(w, "\n== 5. Large-request flood (pending CSRs, spoofing the agent's node label)\tCSRs x size\tidentities\trefused unread\tapprover peak RSS (before)\tagent peak RSS (before)\tvalid approved meanwhile\tp50 / p99\trestarts")
-		fmt.Fprintf(w, "flood\t%d x %d KiB\t%d\t%.0f\t%.1f MiB (%.1f)\t%.1f MiB (%.1f)\t%d of %d\t%s / %s\t%d\n", f.N, f.Bytes>>10, f.Identities, f.Refused,
+		fmt.Fprintln(w, "\n== 5. Large-request flood (pending CSRs, spoofing the agent's node label)\tCSRs x size\tidentities\tdecisions: refused unread / superseded\tapprover peak RSS (before)\tagent peak RSS (before)\tvalid approved meanwhile\tp50 / p99\trestarts")
+		fmt.Fprintf(w, "flood\t%d x %d KiB\t%d\t%.0f / %.0f\t%.1f MiB (%.1f)\t%.1f MiB (%.1f)\t%d of %d\t%s / %s\t%d\n", f.N, f.Bytes>>10, f.Identities, f.Refused, f.Superseded,
 			float64(f.ApproverPeakRSS)/(1<<20), float64(f.ApproverRSSBefore)/(1<<20), float64(f.AgentPeakRSS)/(1<<20), float64(f.AgentRSSBefore)/(1<<20),
 			len(f.ValidLatencies), f.Valid, ms(pct(f.ValidLatencies, .5)), ms(pct(f.ValidLatencies, .99)), len(f.Restarted))
 	}

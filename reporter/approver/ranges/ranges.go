@@ -127,43 +127,41 @@ func parse(cidrs []string) []netip.Prefix {
 
 // WatchNodes keeps every Node's spec.podCIDRs from the node informer.
 func (r *Ranges) WatchNodes(inf cache.SharedIndexInformer) error {
-	set := func(obj any) {
+	return onEvery(inf, func(obj any, gone bool) {
 		if n, ok := obj.(*corev1.Node); ok {
-			r.SetPodCIDRs("node "+n.Name, append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...))
+			cidrs := append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...)
+			if gone {
+				cidrs = nil
+			}
+			r.SetPodCIDRs("node "+n.Name, cidrs)
 		}
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, cur any) { set(cur) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				r.SetPodCIDRs("node "+n.Name, nil)
-			}
-		},
 	})
-	return err
 }
 
 // WatchServiceCIDRs keeps the ServiceCIDR objects' spec.cidrs.
 func (r *Ranges) WatchServiceCIDRs(inf cache.SharedIndexInformer) error {
-	set := func(obj any) {
+	return onEvery(inf, func(obj any, gone bool) {
 		if s, ok := obj.(*networkingv1.ServiceCIDR); ok {
-			r.SetServiceCIDRs("ServiceCIDR "+s.Name, s.Spec.CIDRs)
+			cidrs := s.Spec.CIDRs
+			if gone {
+				cidrs = nil
+			}
+			r.SetServiceCIDRs("ServiceCIDR "+s.Name, cidrs)
 		}
-	}
+	})
+}
+
+// onEvery calls f with the object of every add, update (its new state) and
+// delete (gone: its last known state) of inf.
+func onEvery(inf cache.SharedIndexInformer, f func(obj any, gone bool)) error {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, cur any) { set(cur) },
+		AddFunc:    func(obj any) { f(obj, false) },
+		UpdateFunc: func(_, cur any) { f(cur, false) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if s, ok := obj.(*networkingv1.ServiceCIDR); ok {
-				r.SetServiceCIDRs("ServiceCIDR "+s.Name, nil)
-			}
+			f(obj, true)
 		},
 	})
 	return err

@@ -2,7 +2,6 @@ package taint_test
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"strconv"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -125,24 +123,16 @@ func TestRemoverKeepsTheTaintOfAnUnprovenNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var served atomicPair
+	var served atomic.Pointer[testpki.Pair]
 	served.Store(forged)
-	addr := serveSwitchable(t, &served)
+	addr := testpki.ServeCurrent(t, "127.0.0.1:0", served.Load)
 	cs := fake.NewClientset(stale(kubeletAt(t, "w1", addr), time.Now()))
 	index := taint.NewIssuedIndex()
 	rec := record.NewFakeRecorder(100)
 	c := cfg
 	c.Prove = (&taint.Prover{Roots: ca.Pool(), Issued: index.Of, Retention: time.Hour}).Prove
 	c.Events = rec
-	f := informers.NewSharedInformerFactory(cs, 0)
-	r, err := taint.New(c, cs, f.Core().V1().Nodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx.Done())
-	go func() { _ = r.Run(ctx) }()
+	ctx := startRemover(t, c, cs)
 	var ev string
 	if !testwait.Until(10*time.Second, func() bool {
 		select {
@@ -176,32 +166,4 @@ func TestRemoverKeepsTheTaintOfAnUnprovenNode(t *testing.T) {
 	}) {
 		t.Fatal("taint never lifted once the kubelet served its issued certificate")
 	}
-}
-
-type atomicPair struct{ p atomic.Pointer[testpki.Pair] }
-
-func (a *atomicPair) Store(p *testpki.Pair) { a.p.Store(p) }
-
-// serveSwitchable serves, on loopback, whichever pair a holds at each
-// handshake.
-func serveSwitchable(t *testing.T, a *atomicPair) string {
-	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-		p := a.p.Load()
-		return &tls.Certificate{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _ = c.(*tls.Conn).Handshake() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
 }

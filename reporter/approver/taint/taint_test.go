@@ -235,15 +235,7 @@ func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 	c.SoftTaint = soft
 	c.MaxConditionAge = 2 * time.Second
 	cs := fake.NewClientset(stale(node("w", corev1.ConditionFalse, key), time.Now()))
-	f := informers.NewSharedInformerFactory(cs, 0)
-	r, err := taint.New(c, cs, f.Core().V1().Nodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f.Start(ctx.Done())
-	go func() { _ = r.Run(ctx) }()
+	ctx := startRemover(t, c, cs)
 	taints := func() []string {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "w", metav1.GetOptions{})
 		if err != nil {
@@ -263,6 +255,22 @@ func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 	if !testwait.Until(10*time.Second, func() bool { return strings.Join(taints(), ",") == soft.Key }) {
 		t.Fatalf("taints %v, want the soft taint once the condition went stale", taints())
 	}
+}
+
+// startRemover runs a Remover with c over cs until the test ends, and
+// returns the test's context.
+func startRemover(t *testing.T, c taint.Config, cs *fake.Clientset) context.Context {
+	t.Helper()
+	f := informers.NewSharedInformerFactory(cs, 0)
+	r, err := taint.New(c, cs, f.Core().V1().Nodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx.Done())
+	go func() { _ = r.Run(ctx) }()
+	return ctx
 }
 
 func TestSoftTaintMustBePreferNoSchedule(t *testing.T) {
