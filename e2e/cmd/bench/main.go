@@ -160,15 +160,6 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 			return err
 		}
 	}
-	// Before the storms: their caches and garbage would be the approver's
-	// RSS here.
-	if fl.n > 0 {
-		f, err := b.flood(ctx, fl.n, fl.bytes, fl.identities, fl.valid)
-		if err != nil {
-			return err
-		}
-		res.Flood = &f
-	}
 	type planned struct {
 		n        int
 		approach string
@@ -197,6 +188,17 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 			return err
 		}
 		res.Load = append(res.Load, l)
+	}
+	// Last: what a flood leaves in memory (Go returns it to the system
+	// lazily) would be in every figure after it. Its peak RSS is measured
+	// from its own start; run it alone (--storm= --naive-storm= --fleet=
+	// --transitions=0) for a baseline without the storms before it.
+	if fl.n > 0 {
+		f, err := b.flood(ctx, fl.n, fl.bytes, fl.identities, fl.valid)
+		if err != nil {
+			return err
+		}
+		res.Flood = &f
 	}
 	print(res)
 	for k, v := range res.Notes {

@@ -284,10 +284,16 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	// keep leaves the CSR pending: the label first, so that by the time an
 	// operator (or a test) reads the Warning, the node's agent already sees
 	// its request; then the Warning. When the label could not be written,
-	// no Warning yet: the retry records it.
+	// no Warning yet: the retry records it. A request the cache dropped for
+	// its size is not relabelled: every write of the object would have the
+	// API server store and send its megabytes once more (a flood's cost
+	// doubled), and an agent whose label it spoofs keeps a trimmed copy
+	// that is no other node's evidence (the agent matches by requester).
 	keep := func(rule policy.Rule, msg string) (requeue time.Duration, warned bool, err error) {
-		if requeue, err = relabel(); requeue != 0 || err != nil {
-			return requeue, false, err
+		if !policy.RequestDropped(csr) {
+			if requeue, err = relabel(); requeue != 0 || err != nil {
+				return requeue, false, err
+			}
 		}
 		return 0, c.warnOnce(csr, rule, msg), nil
 	}

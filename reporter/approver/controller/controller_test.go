@@ -379,6 +379,26 @@ func TestMintedIdentitiesDoNotTripTheFloodGuard(t *testing.T) {
 	}
 }
 
+// TestARequestDroppedForItsSizeIsRefusedUnwritten: the CSR cache dropped
+// the request (names.DroppedRequestKey); the Warning names the rule, and
+// the CSR is never written, not even to correct the node label it spoofs:
+// each write would have the API server store and send its megabytes again.
+func TestARequestDroppedForItsSizeIsRefusedUnwritten(t *testing.T) {
+	big := csr(t, "csr-big", "w1", "192.0.2.11", signer)
+	big.Spec.Request = nil
+	big.Spec.Extra = map[string]certv1.ExtraValue{names.DroppedRequestKey: {"1048576"}}
+	big.Labels = map[string]string{names.NodeLabel: "w2"}
+	e := start(t, controller.Config{}, true, big, csr(t, "csr-ok", "w2", "192.0.2.12", signer))
+	ev := e.waitEvent("Warning " + string(policy.RuleRequestTooLarge))
+	if !strings.Contains(ev, "1048576 bytes") {
+		t.Errorf("event %q", ev)
+	}
+	e.waitFor("csr-ok", "approved", approved)
+	if w := writesTo(e.cs, "csr-big"); len(w) != 0 {
+		t.Errorf("the oversized CSR was written: %v", w)
+	}
+}
+
 func TestNodeMissingFromTheInventoryIsRetried(t *testing.T) {
 	e := start(t, controller.Config{}, true, csr(t, "csr-new", "w3", "192.0.2.13", signer))
 	e.waitEvent("Warning NodeNotInInventory")

@@ -280,12 +280,18 @@ func orDefault(v, def int) int {
 	return def
 }
 
+// RequestDropped says whether the CSR cache dropped csr's request for its
+// size (names.DroppedRequestKey).
+func RequestDropped(csr *certv1.CertificateSigningRequest) bool {
+	return len(csr.Spec.Extra[names.DroppedRequestKey]) > 0
+}
+
 // checkSize refuses a request over the bound, and one the informer already
 // dropped for that (names.DroppedRequestKey): the bytes are never parsed.
 func checkSize(node string, spec certv1.CertificateSigningRequestSpec, cfg Config) (Decision, bool) {
 	limit := cfg.RequestBound()
 	if dropped := spec.Extra[names.DroppedRequestKey]; len(dropped) > 0 {
-		return refuse(node, RuleRequestTooLarge, "spec.request of %s bytes, at most %d (--max-request-bytes); dropped unread", dropped[0], limit), true
+		return refuse(node, RuleRequestTooLarge, "spec.request of %s bytes, at most %d (--max-request-bytes); dropped unread (and left as it is, labels included)", dropped[0], limit), true
 	}
 	if len(spec.Request) > limit {
 		return refuse(node, RuleRequestTooLarge, "spec.request of %d bytes, at most %d (--max-request-bytes)", len(spec.Request), limit), true
