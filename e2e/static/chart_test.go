@@ -261,7 +261,7 @@ var everyValue = map[string]any{
 		"flowSchema":          map[string]any{"enabled": true, "priorityLevel": "global-default", "matchingPrecedence": 1000},
 		"inventory":           "configmap:platform-certs/nodes",
 		"policy": map[string]any{"allowedCIDRs": []any{"10.0.0.0/8", "fd00::/8"}, "denyCIDRs": []any{"10.9.0.0/16"}, "apiserverIPs": []any{"10.0.0.1"},
-			"apiserverNames": []any{"api.example"}, "allowSharedAddresses": true, "maxExpiration": "720h", "maxPending": 7, "denyOnMismatch": true},
+			"apiserverNames": []any{"api.example"}, "allowSharedAddresses": true, "maxExpiration": "720h", "maxPending": 7, "maxSANs": 40, "maxRequestBytes": 16384, "denyOnMismatch": true},
 		"extraArgs": []any{"--workers=8"},
 	},
 	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
@@ -375,7 +375,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"--inventory=configmap:platform-certs/nodes", "--allowed-cidrs=10.0.0.0/8,fd00::/8", "--deny-cidrs=10.9.0.0/16", "--apiserver-ips=10.0.0.1",
-		"--apiserver-names=api.example", "--allow-shared-addresses", "--max-expiration=720h", "--max-pending=7", "--deny-on-mismatch", "--condition-type=ServingCertNotProven", "--workers=8"} {
+		"--apiserver-names=api.example", "--allow-shared-addresses", "--max-expiration=720h", "--max-pending=7", "--max-sans=40", "--max-request-bytes=16384", "--deny-on-mismatch", "--condition-type=ServingCertNotProven", "--workers=8"} {
 		if !slices.Contains(p.Containers[0].Args, want) {
 			t.Errorf("approver args %q lack %s", p.Containers[0].Args, want)
 		}
