@@ -9,11 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
@@ -71,7 +71,7 @@ func runAgent(ctx context.Context, args []string) int {
 	// gets anyway: no request of its own.
 	cfg.Clock = apiclock.New()
 	restCfg.Wrap(cfg.Clock.Wrap)
-	client, err := kubernetes.NewForConfig(protobuf(restCfg))
+	client, err := nodeapi.New(protobuf(restCfg))
 	if err != nil {
 		logger.Error(err, "Cannot build the API client")
 		return 1

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"k8s.io/client-go/kubernetes"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/npdcheck"
 )
@@ -54,7 +54,7 @@ func runCheck(ctx context.Context, args []string) int {
 	if useAPI {
 		cfg, err := kf.config("certready-check/" + version)
 		if err == nil {
-			o.Client, err = kubernetes.NewForConfig(cfg)
+			o.Client, err = nodeapi.New(cfg)
 		}
 		if err != nil {
 			fmt.Println(npdcheck.Line("CheckFailed: " + err.Error()))

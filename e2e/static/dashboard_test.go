@@ -31,6 +31,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/approver"
@@ -187,7 +188,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	agentReg, approverReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	a, err := agent.New(agent.Config{NodeName: node, PKIDir: filepath.Join(dir, "pki"), CAFile: caFile, Settle: time.Millisecond}, cs, agentReg, httpserve.NewReadiness("starting"))
+	a, err := agent.New(agent.Config{NodeName: node, PKIDir: filepath.Join(dir, "pki"), CAFile: caFile, Settle: time.Millisecond}, nodeapitest.FromClientset(cs), agentReg, httpserve.NewReadiness("starting"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,10 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/apiclock"
 	"github.com/certready/certready/reporter/certfile"
@@ -126,7 +125,7 @@ const checkKey = "check"
 // Agent is one node's reporter.
 type Agent struct {
 	cfg     Config
-	client  kubernetes.Interface
+	client  nodeapi.API
 	metrics *metrics
 	ready   *httpserve.Readiness
 	now     func() time.Time
@@ -164,7 +163,7 @@ type pendingState struct {
 
 // New builds an agent. reg receives its metrics; ready is flipped once the
 // caches synced and the first check completed.
-func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness) (*Agent, error) {
+func New(cfg Config, client nodeapi.API, reg prometheus.Registerer, ready *httpserve.Readiness) (*Agent, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -187,25 +186,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	defer a.queue.ShutDown()
 
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
-		}))
-	csrFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			// Anyone who may create CSRs can set the label; only the
-			// kubelet-serving signer's are cached (the approver corrects
-			// the label on those), so others cannot fill this cache.
-			o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
-			o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
-		}))
-	nodeInformer := nodeFactory.Core().V1().Nodes()
-	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests()
+	nodeInformer := cache.NewSharedIndexInformer(a.client.Nodes(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
+	}), &corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	csrInformer := cache.NewSharedIndexInformer(a.client.CSRs(func(o *metav1.ListOptions) {
+		// Anyone who may create CSRs can set the label; only the
+		// kubelet-serving signer's are cached (the approver corrects the
+		// label on those), so others cannot fill this cache.
+		o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
+		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
+	}), &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 	// Its own Node and its own CSRs, and of those only what the checks read.
-	if err := nodeInformer.Informer().SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
+	if err := nodeInformer.SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
 		return err
 	}
-	if err := csrInformer.Informer().SetTransform(trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})); err != nil {
+	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})); err != nil {
 		return err
 	}
 	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {
@@ -216,13 +211,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			DeleteFunc: func(any) { counter.Inc(); a.queue.Add(checkKey) },
 		}
 	}
-	if _, err := nodeInformer.Informer().AddEventHandler(enqueue("nodes")); err != nil {
+	if _, err := nodeInformer.AddEventHandler(enqueue("nodes")); err != nil {
 		return err
 	}
 	// The API server applies both selectors; a CSR that is not this node's
 	// kubelet-serving one (a client that ignores selectors, a fake) is
 	// counted and ignored, never a reason to check.
-	if _, err := csrInformer.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+	if _, err := csrInformer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: func(obj any) bool {
 			if a.mine(obj) {
 				return true
@@ -234,9 +229,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	a.nodes = nodeInformer.Lister()
+	a.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
 	a.csrs = &csrSource{
-		node: a.cfg.NodeName, labelled: csrInformer.Lister(), client: a.client,
+		node: a.cfg.NodeName, labelled: certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()), client: a.client,
 		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
 	}
 	a.check = observe.Check{
@@ -254,24 +249,20 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(a.client.Events())
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
+	a.recorder = broadcaster.NewRecorder(nodeapi.Scheme, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
 
-	nodeFactory.Start(ctx.Done())
-	csrFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer csrFactory.Shutdown()
-	logger.Info("Waiting for caches", "pkiDir", a.cfg.PKIDir, "conditionType", a.cfg.ConditionType)
-	for typ, ok := range nodeFactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("cache for %v did not sync", typ)
-		}
+	var informers sync.WaitGroup
+	ictx, stopInformers := context.WithCancel(ctx)
+	defer func() { stopInformers(); informers.Wait() }()
+	for _, inf := range []cache.SharedIndexInformer{nodeInformer, csrInformer} {
+		informers.Add(1)
+		go func() { defer informers.Done(); inf.RunWithContext(ictx) }()
 	}
-	for typ, ok := range csrFactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("cache for %v did not sync", typ)
-		}
+	logger.Info("Waiting for caches", "pkiDir", a.cfg.PKIDir, "conditionType", a.cfg.ConditionType)
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced, csrInformer.HasSynced) {
+		return fmt.Errorf("the caches of its Node and its CSRs did not sync: %w", ctx.Err())
 	}
 
 	go func() {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
@@ -177,7 +178,7 @@ func (h *harness) run(cfg agent.Config) (stop func()) {
 	if client == nil {
 		client = h.cs
 	}
-	a, err := agent.New(cfg, client, h.reg, h.ready)
+	a, err := agent.New(cfg, nodeapitest.FromClientset(client), h.reg, h.ready)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -657,7 +658,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		"--kubelet-port": {NodeName: "w1", CAFile: "/ca", KubeletPort: 70000},
 	}
 	for flag, cfg := range cases {
-		_, err := agent.New(cfg, fake.NewClientset(), prometheus.NewRegistry(), nil)
+		_, err := agent.New(cfg, nodeapitest.FromClientset(fake.NewClientset()), prometheus.NewRegistry(), nil)
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: err = %v", flag, err)
 		}

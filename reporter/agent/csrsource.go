@@ -7,10 +7,10 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/fingerprint"
 	"github.com/certready/certready/reporter/observe"
@@ -24,7 +24,7 @@ import (
 type csrSource struct {
 	node     string
 	labelled certlisters.CertificateSigningRequestLister
-	client   kubernetes.Interface
+	client   nodeapi.API
 
 	minBackoff, maxBackoff time.Duration
 	backoff                time.Duration

@@ -14,28 +14,28 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/certready/certready/internal/nodeapi"
 )
 
 // Client writes one condition of one node. The fake for tests is a
-// kubernetes fake clientset behind NewClient.
+// kubernetes fake clientset behind nodeapitest and NewClient.
 type Client interface {
 	PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error
 }
 
-// NewClient patches nodes/status through cs.
-func NewClient(cs kubernetes.Interface) Client { return kubeClient{cs} }
+// NewClient patches nodes/status through api.
+func NewClient(api nodeapi.API) Client { return apiClient{api} }
 
-type kubeClient struct{ cs kubernetes.Interface }
+type apiClient struct{ api nodeapi.API }
 
-func (k kubeClient) PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error {
+func (k apiClient) PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error {
 	patch, err := Patch(cond)
 	if err != nil {
 		return err
 	}
-	_, err = k.cs.CoreV1().Nodes().PatchStatus(ctx, node, patch)
-	if err != nil {
+	if err := k.api.PatchNodeStatus(ctx, node, patch); err != nil {
 		return fmt.Errorf("patching condition %s on node %s: %w", cond.Type, node, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/reporter/condition"
 )
 
@@ -27,7 +28,7 @@ func setup(t *testing.T, existing ...corev1.NodeCondition) (*condition.Writer, *
 	node.Status.Conditions = append([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}, existing...)
 	cs := fake.NewClientset(node)
 	rec := record.NewFakeRecorder(10)
-	w := condition.NewWriter(condition.Config{Node: "w1", NodeUID: "uid-w1", Type: condType, Heartbeat: 5 * time.Minute}, condition.NewClient(cs), rec)
+	w := condition.NewWriter(condition.Config{Node: "w1", NodeUID: "uid-w1", Type: condType, Heartbeat: 5 * time.Minute}, condition.NewClient(nodeapitest.FromClientset(cs)), rec)
 	return w, cs, rec
 }
 

@@ -24,11 +24,10 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/observe"
 	"github.com/certready/certready/reporter/verdict"
 )
@@ -47,7 +46,7 @@ type Options struct {
 	// CSRRetention as in the agent: an older certificate needs no CSR.
 	CSRRetention time.Duration
 	// Client is optional: with it the Node and the CSRs are read too.
-	Client kubernetes.Interface
+	Client nodeapi.API
 	Now    time.Time
 	// PublisherStart is when the node-problem-detector process that runs
 	// this check started (zero: no hand-over, see the package comment).
@@ -116,7 +115,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, *corev1.Node, er
 	var node *corev1.Node
 	if o.Client != nil {
 		var err error
-		if node, err = o.Client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err != nil {
+		if node, err = o.Client.GetNode(ctx, o.NodeName); err != nil {
 			return verdict.Verdict{}, nil, fmt.Errorf("reading node %s: %w", o.NodeName, err)
 		}
 		info := observe.NodeInfo(node, nil)

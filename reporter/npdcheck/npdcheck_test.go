@@ -20,6 +20,7 @@ import (
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/npdcheck"
 )
@@ -87,20 +88,20 @@ func TestRun(t *testing.T) {
 		wantLine string
 	}{
 		{name: "ready without API: CSR skipped", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(young), KubeletPort: port}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
-		{name: "ready with API: node port and CSR from the API", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, issuedCSR)}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
-		{name: "young certificate whose CSR is pending", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, pendingCSR)}, want: cpmtypes.NonOK, wantLine: "CSRPending"},
+		{name: "ready with API: node port and CSR from the API", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(node, issuedCSR))}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "young certificate whose CSR is pending", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(node, pendingCSR))}, want: cpmtypes.NonOK, wantLine: "CSRPending"},
 		{name: "no certificate installed", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(nil), KubeletPort: port}, want: cpmtypes.NonOK, wantLine: "CertificateMissing"},
 		{name: "kubelet serves another certificate", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(young), KubeletPort: stalePort}, want: cpmtypes.NonOK, wantLine: "EndpointCertificateMismatch"},
 		{name: "bad CA file: unknown", opts: npdcheck.Options{NodeIPs: loop, PKIDir: pki(young), KubeletPort: port, CAFile: "/nonexistent/ca.crt"}, want: cpmtypes.Unknown, wantLine: "CAUnavailable"},
 		{name: "no node IP and no API: unknown", opts: npdcheck.Options{PKIDir: pki(young)}, want: cpmtypes.Unknown, wantLine: "CheckFailed: no node IP"},
-		{name: "hand-over: verified, nothing published yet: held back as Unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
-		{name: "hand-over: verified, False left by an earlier NPD: held back (its heartbeat is stale)", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(-time.Hour)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
-		{name: "hand-over: verified, True left by an earlier NPD: held back", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart.Add(-time.Hour)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
-		{name: "hand-over: verified, this NPD published Unknown: OK turns it False", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionUnknown, npdStart.Add(time.Second)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
-		{name: "hand-over: verified, this NPD published True in the second it started: OK", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
-		{name: "hand-over: verified, this NPD published False: stays OK", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(30*time.Second)), issuedCSR), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
-		{name: "hand-over: a problem is never held back", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset(node, pendingCSR), PublisherStart: npdStart}, want: cpmtypes.NonOK, wantLine: "CSRPending"},
-		{name: "node missing from the API: unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: fake.NewClientset()}, want: cpmtypes.Unknown, wantLine: "CheckFailed: reading node w1"},
+		{name: "hand-over: verified, nothing published yet: held back as Unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(node, issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, False left by an earlier NPD: held back (its heartbeat is stale)", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(-time.Hour)), issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, True left by an earlier NPD: held back", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart.Add(-time.Hour)), issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.Unknown, wantLine: npdcheck.PublishPending},
+		{name: "hand-over: verified, this NPD published Unknown: OK turns it False", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(withCondition(corev1.ConditionUnknown, npdStart.Add(time.Second)), issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: verified, this NPD published True in the second it started: OK", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(withCondition(corev1.ConditionTrue, npdStart), issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: verified, this NPD published False: stays OK", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(withCondition(corev1.ConditionFalse, npdStart.Add(30*time.Second)), issuedCSR)), PublisherStart: npdStart}, want: cpmtypes.OK, wantLine: "KubeletServingCertReady"},
+		{name: "hand-over: a problem is never held back", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset(node, pendingCSR)), PublisherStart: npdStart}, want: cpmtypes.NonOK, wantLine: "CSRPending"},
+		{name: "node missing from the API: unknown", opts: npdcheck.Options{PKIDir: pki(young), Client: nodeapitest.FromClientset(fake.NewClientset())}, want: cpmtypes.Unknown, wantLine: "CheckFailed: reading node w1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,11 +22,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/certfile"
 	"github.com/certready/certready/reporter/csrmatch"
@@ -149,12 +148,11 @@ func LabelledFor(c *certv1.CertificateSigningRequest, node string) bool {
 // informer's watch-list; pages where the API server cannot stream), and
 // each CSR is trimmed as it arrives, others' to their name and every
 // request dropped. In memory: the CSR in flight, and a name per CSR.
-func ListBySigner(ctx context.Context, client kubernetes.Interface, node string) ([]*certv1.CertificateSigningRequest, error) {
+func ListBySigner(ctx context.Context, api nodeapi.API, node string) ([]*certv1.CertificateSigningRequest, error) {
 	user := names.NodeUser(node)
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	inf := cache.NewSharedIndexInformer(api.CSRs(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
-	}))
-	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
+	}), &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 	mine := trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})
 	isMine := func(c *certv1.CertificateSigningRequest) bool {
 		return c.Spec.Username == user && c.Spec.SignerName == names.SignerName
@@ -178,9 +176,9 @@ func ListBySigner(ctx context.Context, client kubernetes.Interface, node string)
 		return nil, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer f.Shutdown()
-	defer cancel() // before Shutdown, which waits for the informer to stop
-	f.Start(lctx.Done())
+	stopped := make(chan struct{})
+	defer func() { cancel(); <-stopped }() // the informer's goroutines end with the call
+	go func() { defer close(stopped); inf.RunWithContext(lctx) }()
 	if !cache.WaitForCacheSync(lctx.Done(), inf.HasSynced) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -198,14 +196,14 @@ func ListBySigner(ctx context.Context, client kubernetes.Interface, node string)
 // APICSRs reads a node's CSRs from the API on every check (check's source:
 // it runs once, so it has no cache to read).
 type APICSRs struct {
-	Client kubernetes.Interface
+	Client nodeapi.API
 	Node   string
 }
 
 // Evidence lists the labelled CSRs, then, by the same rule as the agent,
 // the signer's.
 func (a APICSRs) Evidence(ctx context.Context, _ time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
-	list, err := a.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+	list, err := a.Client.ListCSRs(ctx, metav1.ListOptions{
 		LabelSelector: names.NodeLabel + "=" + a.Node,
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String(),
 	})

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/csrmatch"
 	"github.com/certready/certready/reporter/fingerprint"
@@ -134,7 +135,7 @@ func TestListBySignerKeepsOnlyTheNodesCSRsWithoutRequests(t *testing.T) {
 	other.Spec.SignerName = "example.com/other"
 	objs = append(objs, other)
 	cs := fake.NewClientset(objs...)
-	got, err := observe.ListBySigner(context.Background(), cs, "w1")
+	got, err := observe.ListBySigner(context.Background(), nodeapitest.FromClientset(cs), "w1")
 	if err != nil {
 		t.Fatal(err)
 	}
