@@ -1,5 +1,7 @@
-# One image for agent, approver and check: the static certready binary,
-# non-root by default (the agent's DaemonSet runs it as root to read the
+# One image for agent, approver and check: the static certready binary and
+# its node build, certready-node (agent, check, copy-binary: the agent's
+# DaemonSet runs it, and node-problem-detector's plugin is a copy of it),
+# non-root by default (the agent's DaemonSet runs as root to read the
 # kubelet's 0600 file).
 #
 # Two targets, one image:
@@ -13,7 +15,7 @@
 ARG GO_IMAGE=golang:1.26.8-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
-# With no registry: 'make image' stages bin/image-root/ (the static binary,
+# With no registry: 'make image' stages bin/image-root/ (the static binaries,
 # passwd and group entries for root and nonroot, the host's CA bundle).
 FROM scratch AS prebuilt
 ARG VERSION=dev
@@ -41,12 +43,15 @@ ARG VERSION=dev
 ARG COMMIT=unknown
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
     -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
-    -o /out/certready ./cmd/certready
+    -o /out/certready ./cmd/certready && \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -tags nodeonly \
+    -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+    -o /out/certready-node ./cmd/certready
 
 FROM ${BASE_IMAGE} AS image
 ARG VERSION=dev
 ARG COMMIT=unknown
-COPY --from=build /out/certready /usr/local/bin/certready
+COPY --from=build /out/certready /out/certready-node /usr/local/bin/
 LABEL org.opencontainers.image.title="certready" \
       org.opencontainers.image.description="Keeps a Kubernetes node from taking workloads until its kubelet can really serve TLS" \
       org.opencontainers.image.source="https://github.com/certready/certready" \

@@ -5,6 +5,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/certready
+# The node build: agent, check and copy-binary only, linking neither the
+# approver nor client-go's clientset (bench table 4).
+NODE_BIN := bin/certready-node
 
 .PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
 
@@ -13,8 +16,9 @@ all: build
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
-build: ## Build the static certready binary into bin/.
+build: ## Build the static certready binary and its node build (certready-node) into bin/.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/certready
+	CGO_ENABLED=0 $(GO) build -trimpath -tags nodeonly -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/certready
 
 test: prereqs-test lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
 
@@ -58,6 +62,7 @@ image: build ## Container image IMAGE (certready:<version>) from the binary just
 	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers (docker info failed); build the image where Docker runs."; exit 1; }
 	@rm -rf bin/image-root && mkdir -p bin/image-root/usr/local/bin bin/image-root/etc/ssl/certs
 	@cp $(BIN) bin/image-root/usr/local/bin/certready
+	@cp $(NODE_BIN) bin/image-root/usr/local/bin/certready-node
 	@printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > bin/image-root/etc/passwd
 	@printf 'root:x:0:\nnonroot:x:65532:\n' > bin/image-root/etc/group
 	@if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cp /etc/ssl/certs/ca-certificates.crt bin/image-root/etc/ssl/certs/; fi

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -11,13 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 )
 
@@ -109,23 +104,6 @@ func (k *kubeFlags) config(userAgent string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func (k *kubeFlags) client(userAgent string) (kubernetes.Interface, error) {
-	cfg, err := k.config(userAgent)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
-}
-
-// protobufClient is client, talking protobuf (the approver's clients).
-func (k *kubeFlags) protobufClient(userAgent string) (kubernetes.Interface, error) {
-	cfg, err := k.config(userAgent)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(protobuf(cfg))
-}
-
 // protobuf makes cfg talk protobuf, as Kubernetes' own controllers do: far
 // cheaper than JSON to encode and decode, for the API server (which then
 // serves the same cached encoding of each watch event to them and to us)
@@ -142,19 +120,4 @@ func protobuf(cfg *rest.Config) *rest.Config {
 func goCollector() prometheus.Collector {
 	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}))
-}
-
-// listNodes reads every Node, in pages, for the read-only fleet commands.
-func listNodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
-	var nodes []corev1.Node
-	err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return client.CoreV1().Nodes().List(ctx, o)
-	}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
-		nodes = append(nodes, *obj.(*corev1.Node))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	return nodes, nil
 }

@@ -36,19 +36,22 @@ type command struct {
 	run     func(ctx context.Context, args []string) int
 }
 
+// commands are the node's (every build) and the cluster's (not in the
+// node build, -tags nodeonly: the agent's binary links neither the
+// approver nor client-go's clientset, whose start-up touches every API
+// group's code on every node).
 func commands() []command {
-	return []command{
+	out := []command{
 		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
-		{"approver", "Run the kubelet-serving CSR approver (Deployment, leader-elected): approve only CSRs that prove their node's identity.", runApprover},
 		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
 		{"copy-binary", "Copy this static binary to --to (an init container's way of giving node-problem-detector the check plugin).", runCopyBinary},
-		{"preflight", "Before installing the NodeReadinessRule: list the nodes it would taint and keep tainted, and why (read-only).", runPreflight},
-		{"status", "Which nodes are not ready and why: one line per node with its condition, certificate expiry, CSR and taint (read-only).", runStatus},
-		{"version", "Print version information.", func(context.Context, []string) int {
-			fmt.Printf("certready %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return 0
-		}},
 	}
+	out = append(out, clusterCommands()...)
+	out = append(out, command{"version", "Print version information.", func(context.Context, []string) int {
+		fmt.Printf("certready %s (commit %s, %s, %s/%s%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, buildFlavour)
+		return 0
+	}})
+	return out
 }
 
 func usage() {

@@ -36,6 +36,9 @@ type Config struct {
 	// Paths maps the same prefixes to where the image has its binary
 	// (default DefaultPath).
 	Paths map[string]string
+	// Files maps the same prefixes to the image's other files: path in the
+	// image -> host file (certready's image holds the node build too).
+	Files map[string]map[string]string
 	// Launcher is the helper that builds a container's root and execs the
 	// binary: <Launcher> container --root DIR --bin PATH --mount SRC:DST[:ro]... -- ARGS...
 	Launcher string
@@ -128,6 +131,16 @@ func (r *Runtime) binaryFor(image string) (bin, path string) {
 	return "", ""
 }
 
+// filesFor returns the image's other files (Config.Files).
+func (r *Runtime) filesFor(image string) map[string]string {
+	for prefix, files := range r.cfg.Files {
+		if strings.HasPrefix(image, prefix) {
+			return files
+		}
+	}
+	return nil
+}
+
 func hostNetwork(cfg *kubeapi.PodSandboxConfig) bool {
 	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == kubeapi.NamespaceMode_NODE
 }
@@ -203,7 +216,7 @@ func (r *Runtime) StartContainer(ctx context.Context, req *kubeapi.StartContaine
 	r.RuntimeService.Unlock()
 	if cfg != nil {
 		if bin, path := r.binaryFor(cfg.GetImage().GetImage()); bin != "" {
-			if err := r.launch(req.ContainerId, bin, path, cfg, logPath); err != nil {
+			if err := r.launch(req.ContainerId, bin, path, r.filesFor(cfg.GetImage().GetImage()), cfg, logPath); err != nil {
 				return nil, fmt.Errorf("starting container %s: %w", cfg.GetMetadata().GetName(), err)
 			}
 		}
@@ -236,12 +249,15 @@ func (r *Runtime) RemoveContainer(ctx context.Context, req *kubeapi.RemoveContai
 	return r.RemoteRuntime.RemoveContainer(ctx, req)
 }
 
-func (r *Runtime) launch(id, bin, path string, cfg *kubeapi.ContainerConfig, logPath string) error {
+func (r *Runtime) launch(id, bin, path string, files map[string]string, cfg *kubeapi.ContainerConfig, logPath string) error {
 	root := filepath.Join(r.cfg.RootDir, id)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
 	args := []string{"container", "--root", root, "--bin", bin, "--bin-path", path}
+	for dst, src := range files {
+		args = append(args, "--mount", src+":"+dst+":ro")
+	}
 	for _, m := range cfg.Mounts {
 		spec := m.HostPath + ":" + m.ContainerPath
 		if m.Readonly {

@@ -32,17 +32,21 @@ const StartupTaint = names.TaintKey
 type Binaries struct {
 	K8sDir    string // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
 	Certready string // the certready binary: the content of image certready:*
+	// CertreadyNode is its node build (-tags nodeonly), the image's
+	// /usr/local/bin/certready-node, which the agent's DaemonSet runs.
+	CertreadyNode string
 	Localnode string // this module's cmd/localnode
 	// NodeProblemDetector, optional: node-problem-detector's daemon, the
 	// content of its upstream image (NPDImage) at /node-problem-detector.
 	NodeProblemDetector string
 }
 
-// BinariesFromEnv reads CERTREADY_K8S_BIN, CERTREADY_BIN and
-// CERTREADY_LOCALNODE_BIN (set by e2e/Makefile) and names what is missing.
+// BinariesFromEnv reads CERTREADY_K8S_BIN, CERTREADY_BIN, CERTREADY_NODE_BIN
+// and CERTREADY_LOCALNODE_BIN (set by e2e/Makefile) and names what is
+// missing.
 func BinariesFromEnv() (Binaries, error) {
-	b := Binaries{K8sDir: os.Getenv("CERTREADY_K8S_BIN"), Certready: os.Getenv("CERTREADY_BIN"), Localnode: os.Getenv("CERTREADY_LOCALNODE_BIN")}
-	for name, path := range map[string]string{"CERTREADY_K8S_BIN": b.K8sDir, "CERTREADY_BIN": b.Certready, "CERTREADY_LOCALNODE_BIN": b.Localnode} {
+	b := Binaries{K8sDir: os.Getenv("CERTREADY_K8S_BIN"), Certready: os.Getenv("CERTREADY_BIN"), CertreadyNode: os.Getenv("CERTREADY_NODE_BIN"), Localnode: os.Getenv("CERTREADY_LOCALNODE_BIN")}
+	for name, path := range map[string]string{"CERTREADY_K8S_BIN": b.K8sDir, "CERTREADY_BIN": b.Certready, "CERTREADY_NODE_BIN": b.CertreadyNode, "CERTREADY_LOCALNODE_BIN": b.Localnode} {
 		if path == "" {
 			return b, fmt.Errorf("%s is not set: run through 'make -C e2e test' or 'make demo', which build the binaries", name)
 		}

@@ -102,6 +102,7 @@ func (c *Cluster) startKubelet(n *Node) error {
 		"--bind", filepath.Join(root, "log-pods") + ":/var/log/pods",
 		"--bind", filepath.Join(root, "log-containers") + ":/var/log/containers",
 		"--image", "certready=" + c.cfg.Binaries.Certready,
+		"--image-file", "certready=" + c.cfg.Binaries.CertreadyNode + "=/usr/local/bin/certready-node",
 	}
 	if npd := c.cfg.Binaries.NodeProblemDetector; npd != "" {
 		args = append(args, "--image", NPDImage+"="+npd+"="+npdImagePath)

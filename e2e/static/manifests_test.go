@@ -189,6 +189,20 @@ func TestAgentDaemonSet(t *testing.T) {
 	if c.LivenessProbe == nil || c.ReadinessProbe == nil || c.Resources.Limits.Memory().IsZero() {
 		t.Error("probes or limits missing")
 	}
+	// The node build: the image has it beside certready (Makefile,
+	// Dockerfile), and it holds the agent's code only.
+	if !slices.Equal(c.Command, []string{"/usr/local/bin/certready-node"}) || len(c.Args) == 0 || c.Args[0] != "agent" {
+		t.Errorf("command %q args %q, want the node build's agent", c.Command, c.Args)
+	}
+	for _, f := range []string{"../../Makefile", "../../Dockerfile"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "-tags nodeonly") || !strings.Contains(string(data), "certready-node") {
+			t.Errorf("%s builds no certready-node (-tags nodeonly) into the image", f)
+		}
+	}
 }
 
 func TestStandaloneTurnsOnTheTaintFallback(t *testing.T) {

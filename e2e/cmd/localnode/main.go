@@ -55,6 +55,7 @@ func node(args []string) error {
 	cri := fs.String("cri", "", "CRI socket path")
 	binds := fs.StringArray("bind", nil, "SRC:DST bind mounts that make the node's folders appear at the standard paths")
 	images := fs.StringArray("image", nil, "PREFIX=BINARY[=PATH]: images whose containers run BINARY, found at PATH in the image (default "+criruntime.DefaultPath+")")
+	imageFiles := fs.StringArray("image-file", nil, "PREFIX=HOSTFILE=PATH: another file of those images, at PATH")
 	podIPs := fs.StringSlice("pod-ips", nil, "addresses for this node's pods (added to the namespace's link on use)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,7 +84,17 @@ func node(args []string) error {
 	if err != nil {
 		return err
 	}
-	bins, paths := map[string]string{}, map[string]string{}
+	bins, paths, files := map[string]string{}, map[string]string{}, map[string]map[string]string{}
+	for _, f := range *imageFiles {
+		parts := strings.SplitN(f, "=", 3)
+		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || !strings.HasPrefix(parts[2], "/") {
+			return fmt.Errorf("--image-file %q: want PREFIX=HOSTFILE=/PATH/IN/IMAGE", f)
+		}
+		if files[parts[0]] == nil {
+			files[parts[0]] = map[string]string{}
+		}
+		files[parts[0]][parts[2]] = parts[1]
+	}
 	for _, im := range *images {
 		parts := strings.SplitN(im, "=", 3)
 		if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
@@ -101,6 +112,7 @@ func node(args []string) error {
 	rt := criruntime.New(criruntime.Config{
 		Binaries: bins,
 		Paths:    paths,
+		Files:    files,
 		Launcher: self,
 		RootDir:  filepath.Join(*dir, "containers"),
 		NodeIP:   *ip,

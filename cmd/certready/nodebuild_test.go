@@ -1,0 +1,35 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestTheNodeBuildLinksNoClusterCode: the agent's binary (-tags nodeonly)
+// must not link client-go's clientset, which registers every API group at
+// start-up (the pages it touches are most of an agent's memory on every
+// node), nor the approver, the fleet commands or the dynamic client.
+func TestTheNodeBuildLinksNoClusterCode(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-tags", "nodeonly", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	apis := 0
+	for _, pkg := range strings.Fields(string(out)) {
+		switch {
+		case pkg == "k8s.io/client-go/kubernetes", strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes/"),
+			strings.HasPrefix(pkg, "k8s.io/client-go/informers"), strings.HasPrefix(pkg, "k8s.io/client-go/dynamic"),
+			strings.HasPrefix(pkg, "github.com/certready/certready/reporter/approver"), strings.HasPrefix(pkg, "github.com/certready/certready/reporter/fleet"):
+			t.Errorf("the node build links %s", pkg)
+		case strings.HasPrefix(pkg, "k8s.io/api/"):
+			apis++
+			if pkg != "k8s.io/api/core/v1" && pkg != "k8s.io/api/certificates/v1" {
+				t.Errorf("the node build links the API group %s", pkg)
+			}
+		}
+	}
+	if apis != 2 {
+		t.Errorf("the node build links %d API groups, want core/v1 and certificates/v1", apis)
+	}
+}
