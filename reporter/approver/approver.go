@@ -186,13 +186,13 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return err
 	}
 	o.Controller.Policy.NotNodeAddress = netRanges.NotNodeAddress
-	synced := []cache.InformerSynced{csrInformer.HasSynced, nodeInformer.Informer().HasSynced, identity.HasSynced}
+	syncedFuncs := []cache.InformerSynced{csrInformer.HasSynced, nodeInformer.Informer().HasSynced, identity.HasSynced}
 	if servesServiceCIDRs(client) {
 		sc := nodeFactory.Networking().V1().ServiceCIDRs().Informer()
 		if err := netRanges.WatchServiceCIDRs(sc); err != nil {
 			return err
 		}
-		synced = append(synced, sc.HasSynced)
+		syncedFuncs = append(syncedFuncs, sc.HasSynced)
 	} else {
 		logger.Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
 	}
@@ -259,16 +259,9 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		}
 	}
 
-	csrFactory.Start(ctx.Done())
-	nodeFactory.Start(ctx.Done())
-	identity.Start(ctx)
-	defer csrFactory.Shutdown()
-	defer nodeFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("caches did not sync")
-	}
+	var healthy prometheus.Gauge
 	if startInventory != nil {
-		healthy := prometheus.NewGauge(prometheus.GaugeOpts{
+		healthy = prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_approver_inventory_healthy",
 			Help: "1 while the last load of the desired-state inventory (file or ConfigMap) succeeded; 0 while it is missing, deleted or broken and the last good one is in use.",
 		})
@@ -278,20 +271,43 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		if strings.HasPrefix(o.InventorySpec, "file:") {
 			healthy.Set(1) // loaded at start-up, or the process stopped there
 		}
-		go startInventory(ctx, func(err error) {
-			if err != nil {
-				healthy.Set(0)
-				return
-			}
-			healthy.Set(1)
-			ctrl.EnqueueAll()
-		})
 	}
-	ready.Set(true, "")
-	api := identity.Current()
-	logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+	csrFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	identity.Start(ctx)
+	defer csrFactory.Shutdown()
+	defer nodeFactory.Shutdown()
+	// The caches sync while this replica stands for election: a replica
+	// that starts when the Lease is free (a rolling update, a crash after
+	// the Lease expired) leads at once, and decides as soon as its caches
+	// hold every pending CSR and Node.
+	synced := make(chan struct{})
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), syncedFuncs...) {
+			return // ctx ended
+		}
+		if startInventory != nil {
+			go startInventory(ctx, func(err error) {
+				if err != nil {
+					healthy.Set(0)
+					return
+				}
+				healthy.Set(1)
+				ctrl.EnqueueAll()
+			})
+		}
+		ready.Set(true, "")
+		api := identity.Current()
+		logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+		close(synced)
+	}()
 
 	lead := func(lctx context.Context) {
+		select {
+		case <-synced:
+		case <-lctx.Done():
+			return
+		}
 		done := make(chan error, 2)
 		go func() { done <- ctrl.Run(lctx) }()
 		n := 1

@@ -178,7 +178,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		}
 		b.certs[i] = &pair
 	}
-	b.agent, err = c.StartInNS("bench-agent", bins.Certready, "agent", "--kubeconfig="+agentKC, "--node-name="+simNode,
+	b.agent, err = c.StartInNS("bench-agent", bins.CertreadyNode, "agent", "--kubeconfig="+agentKC, "--node-name="+simNode,
 		"--kubelet-pki-dir="+b.pki, "--ca-file="+ca, "--metrics-addr=127.0.0.1:9721", "--health-addr=127.0.0.1:9722")
 	if err != nil {
 		return nil, err

@@ -38,14 +38,16 @@ import (
 )
 
 type results struct {
-	When        time.Time         `json:"when"`
-	Readiness   *readinessResult  `json:"readiness,omitempty"`
-	Storms      []stormResult     `json:"storms,omitempty"`
-	Load        []loadResult      `json:"apiLoad,omitempty"`
-	Footprint   []footprintSample `json:"footprint,omitempty"`
-	Flood       *floodResult      `json:"flood,omitempty"`
-	BinaryBytes int64             `json:"binaryBytes"`
-	Notes       map[string]string `json:"notes"`
+	When            time.Time         `json:"when"`
+	Readiness       *readinessResult  `json:"readiness,omitempty"`
+	Storms          []stormResult     `json:"storms,omitempty"`
+	Load            []loadResult      `json:"apiLoad,omitempty"`
+	Footprint       []footprintSample `json:"footprint,omitempty"`
+	Flood           *floodResult      `json:"flood,omitempty"`
+	Drains          []drainResult     `json:"drains,omitempty"`
+	BinaryBytes     int64             `json:"binaryBytes"`
+	NodeBinaryBytes int64             `json:"nodeBinaryBytes"`
+	Notes           map[string]string `json:"notes"`
 }
 
 func main() {
@@ -57,6 +59,7 @@ func main() {
 	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
 	out := pflag.String("out", "../bench-results", "folder for the JSON results")
 	manifests := pflag.String("manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
+	drains := pflag.String("drain", "1000,5000", "backlog drain sizes: CSRs pending before the approver starts (empty: skip)")
 	var fl floodSpec
 	pflag.IntVar(&fl.n, "flood", 200, "large-request flood: this many pending CSRs of --flood-bytes (0: skip)")
 	pflag.IntVar(&fl.bytes, "flood-bytes", 1<<20, "size of each flood CSR")
@@ -65,10 +68,10 @@ func main() {
 	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, a flood of 10, short windows")
 	pflag.Parse()
 	if *smoke {
-		*storms, *naive, *transitions, *fleet, *window, *idle = "10", "10", 3, "1,10", 10*time.Second, 5*time.Second
+		*storms, *naive, *transitions, *fleet, *window, *idle, *drains = "10", "10", 3, "1,10", 10*time.Second, 5*time.Second, "10"
 		fl = floodSpec{n: 10, bytes: 256 << 10, identities: 2, valid: 3}
 	}
-	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, fl, *out, *manifests); err != nil {
+	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, *drains, fl, *out, *manifests); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -101,7 +104,7 @@ rules:
 // floodSpec sizes the large-request flood (flood.go).
 type floodSpec struct{ n, bytes, identities, valid int }
 
-func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, fl floodSpec, outDir, manifests string) error {
+func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, drainSpec string, fl floodSpec, outDir, manifests string) error {
 	stormSizes, err := ints(stormSpec)
 	if err != nil {
 		return fmt.Errorf("--storm: %w", err)
@@ -113,6 +116,10 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 	fleetSizes, err := ints(fleetSpec)
 	if err != nil {
 		return fmt.Errorf("--fleet: %w", err)
+	}
+	drainSizes, err := ints(drainSpec)
+	if err != nil {
+		return fmt.Errorf("--drain: %w", err)
 	}
 	bins, err := localcluster.BinariesFromEnv()
 	if err != nil {
@@ -154,6 +161,9 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 	if info, err := os.Stat(bins.Certready); err == nil {
 		res.BinaryBytes = info.Size()
 	}
+	if info, err := os.Stat(bins.CertreadyNode); err == nil {
+		res.NodeBinaryBytes = info.Size()
+	}
 	res.Footprint = append(res.Footprint, b.footprint(ctx, "idle", idle)...)
 	if transitions > 0 {
 		if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
@@ -181,6 +191,18 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 		}
 		res.Storms = append(res.Storms, s)
 		res.Footprint = append(res.Footprint, samples...)
+	}
+	for _, n := range drainSizes {
+		d, err := b.drain(ctx, n)
+		if err != nil {
+			res.Notes[fmt.Sprintf("drain %d", n)] = "failed: " + err.Error()
+			b.logf("drain %d failed: %v", n, err)
+			if err := b.startApprover(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		res.Drains = append(res.Drains, d)
 	}
 	for _, n := range fleetSizes {
 		l, err := b.load(ctx, n, window)
@@ -265,6 +287,14 @@ func print(r results) {
 		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.2f millicores\n", f.Phase, f.Process, float64(f.RSSBytes)/(1<<20), f.Millicores)
 	}
 	fmt.Fprintf(w, "binary\tcertready\t%.1f MiB\t\n", float64(r.BinaryBytes)/(1<<20))
+	fmt.Fprintf(w, "binary\tcertready-node (the agent's)\t%.1f MiB\t\n", float64(r.NodeBinaryBytes)/(1<<20))
+	if len(r.Drains) > 0 {
+		fmt.Fprintln(w, "\n== 6. Backlog drain (CSRs pending when the approver starts), from its start ->\tCSRs\tcaches synced\tleader\tacting\tfirst approval\tlast approval\tapproved/s\tapprover's own p50 / p99\tapproval write (API server)\tAPF wait")
+		for _, d := range r.Drains {
+			fmt.Fprintf(w, "drain\t%d\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s / %s\t%.1f ms\t%.2f ms\n", d.N, ms(d.ToSynced), ms(d.ToLeader), ms(d.ToActing), ms(d.ToFirst), ms(d.ToLast),
+				d.PerSecond, ms(d.OwnP50), ms(d.OwnP99), d.WriteMeanMillis, d.APFWaitMillis)
+		}
+	}
 	if f := r.Flood; f != nil {
 		fmt.Fprintln(w, "\n== 5. Large-request flood (pending CSRs, spoofing the agent's node label)\tCSRs x size\tidentities\tdecisions: refused unread / superseded\tapprover peak RSS (before)\tagent peak RSS (before)\tvalid approved meanwhile\tp50 / p99\trestarts")
 		fmt.Fprintf(w, "flood\t%d x %d KiB\t%d\t%.0f / %.0f\t%.1f MiB (%.1f)\t%.1f MiB (%.1f)\t%d of %d\t%s / %s\t%d\n", f.N, f.Bytes>>10, f.Identities, f.Refused, f.Superseded,
