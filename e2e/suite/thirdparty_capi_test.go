@@ -17,6 +17,7 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -361,6 +362,18 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 			t.Errorf("CSR %s: %v %+v, want pending", bad, err, c)
 		}
 		t.Logf("left pending, on Machine %s: %s: %s", tc.machine, ev.Reason, ev.Message)
+		// Gone before the node asks again below: only a node's newest
+		// request is a candidate, and one filed in the same second with a
+		// greater name would count as the newer.
+		if err := cs.CertificatesV1().CertificateSigningRequests().Delete(ctx, bad, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := localcluster.Poll(ctx, time.Minute, "CSR "+bad+" deleted", func() (bool, error) {
+			_, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, bad, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The tenant's kubeconfig: refused on its Cluster, never dialled.

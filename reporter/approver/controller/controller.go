@@ -146,6 +146,10 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 				c.mu.Unlock()
 				c.decided.Delete(csr.UID)
 				c.firstSeen.Delete(csr.UID)
+				// A request it superseded may be the node's newest now.
+				if node, ok := nodeOf(csr); ok {
+					c.EnqueueNode(node)
+				}
 			}
 		},
 	})

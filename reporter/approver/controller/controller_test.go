@@ -379,6 +379,29 @@ func TestMintedIdentitiesDoNotTripTheFloodGuard(t *testing.T) {
 	}
 }
 
+// TestTheNextNewestIsACandidateOnceTheNewestIsGone: a node's newer request
+// supersedes its older one; when the newer one is deleted, the older one is
+// the node's newest and is handled again (no other event would bring it
+// back): its deletion queues the node's other requests.
+func TestTheNextNewestIsACandidateOnceTheNewestIsGone(t *testing.T) {
+	older := csr(t, "csr-older", "w1", "192.0.2.11", signer)
+	older.UID = "older"
+	newer := csr(t, "csr-newer", "w1", "192.0.2.99", signer)
+	newer.UID = "newer"
+	newer.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Minute))
+	e := start(t, controller.Config{}, false, older, newer) // no workers: the queue is the test's to read
+	if !testwait.Until(10*time.Second, func() bool { return e.ctrl.QueueLen() == 2 }) {
+		t.Fatalf("%d CSRs queued by their first events, want 2", e.ctrl.QueueLen())
+	}
+	e.ctrl.DrainQueue()
+	if err := e.cs.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), "csr-newer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(10*time.Second, func() bool { return e.ctrl.QueueLen() == 1 }) {
+		t.Fatalf("%d CSRs queued after the node's newest request was deleted, want its older one", e.ctrl.QueueLen())
+	}
+}
+
 // TestARequestDroppedForItsSizeIsRefusedUnwritten: the CSR cache dropped
 // the request (names.DroppedRequestKey); the Warning names the rule, and
 // the CSR is never written, not even to correct the node label it spoofs:
