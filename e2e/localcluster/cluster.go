@@ -35,7 +35,7 @@ type Binaries struct {
 	// CertreadyNode is its node build (-tags nodeonly), the image's
 	// /usr/local/bin/certready-node, which the agent's DaemonSet runs.
 	CertreadyNode string
-	Localnode string // this module's cmd/localnode
+	Localnode     string // this module's cmd/localnode
 	// NodeProblemDetector, optional: node-problem-detector's daemon, the
 	// content of its upstream image (NPDImage) at /node-problem-detector.
 	NodeProblemDetector string
