@@ -9,7 +9,9 @@ import (
 // TestTheNodeBuildLinksNoClusterCode: the agent's binary (-tags nodeonly)
 // must not link client-go's clientset, which registers every API group at
 // start-up (the pages it touches are most of an agent's memory on every
-// node), nor the approver, the fleet commands or the dynamic client.
+// node), nor its event recorder (strategic merge patches, which bring the
+// OpenAPI models), nor the approver, the fleet commands or the dynamic
+// client.
 func TestTheNodeBuildLinksNoClusterCode(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-tags", "nodeonly", ".").CombinedOutput()
 	if err != nil {
@@ -20,6 +22,7 @@ func TestTheNodeBuildLinksNoClusterCode(t *testing.T) {
 		switch {
 		case pkg == "k8s.io/client-go/kubernetes", strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes/"),
 			strings.HasPrefix(pkg, "k8s.io/client-go/informers"), strings.HasPrefix(pkg, "k8s.io/client-go/dynamic"),
+			pkg == "k8s.io/client-go/tools/record", pkg == "k8s.io/apimachinery/pkg/util/strategicpatch", strings.HasPrefix(pkg, "github.com/google/gnostic-models"),
 			strings.HasPrefix(pkg, "github.com/certready/certready/reporter/approver"), strings.HasPrefix(pkg, "github.com/certready/certready/reporter/fleet"):
 			t.Errorf("the node build links %s", pkg)
 		case strings.HasPrefix(pkg, "k8s.io/api/"):

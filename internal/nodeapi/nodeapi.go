@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 )
 
 // API is what the node side reads and writes. Client implements it over
@@ -35,18 +34,18 @@ type API interface {
 	ListCSRs(ctx context.Context, opts metav1.ListOptions) (*certv1.CertificateSigningRequestList, error)
 	// PatchNodeStatus applies a strategic-merge patch to nodes/status.
 	PatchNodeStatus(ctx context.Context, node string, patch []byte) error
-	// Events writes events (record.EventSink).
-	Events() record.EventSink
+	// CreateEvent writes an event (NodeEvents records through it).
+	CreateEvent(ctx context.Context, e *corev1.Event) error
 }
 
-// Scheme holds the node side's types: core/v1 and certificates.k8s.io/v1.
+// Scheme holds the node side's types, and no others of their groups:
+// Nodes and Events of core/v1, CertificateSigningRequests.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, certv1.AddToScheme} {
-		if err := add(s); err != nil {
-			panic(err)
-		}
-	}
+	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Node{}, &corev1.NodeList{}, &corev1.Event{}, &corev1.EventList{})
+	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
+	s.AddKnownTypes(certv1.SchemeGroupVersion, &certv1.CertificateSigningRequest{}, &certv1.CertificateSigningRequestList{})
+	metav1.AddToGroupVersion(s, certv1.SchemeGroupVersion)
 	return s
 }()
 
@@ -136,25 +135,6 @@ func (c *Client) PatchNodeStatus(ctx context.Context, node string, patch []byte)
 	return nil
 }
 
-func (c *Client) Events() record.EventSink { return eventSink{c.core} }
-
-// eventSink writes core/v1 events, as client-go's EventSinkImpl does.
-type eventSink struct{ c rest.Interface }
-
-func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := s.c.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
-	return out, err
-}
-
-func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := s.c.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(context.Background()).Into(out)
-	return out, err
-}
-
-func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := s.c.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(context.Background()).Into(out)
-	return out, err
+func (c *Client) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	return c.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Error()
 }

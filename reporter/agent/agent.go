@@ -24,7 +24,6 @@ import (
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -135,7 +134,7 @@ type Agent struct {
 	csrs     *csrSource
 	check    observe.Check
 	writer   *condition.Writer
-	recorder record.EventRecorder
+	recorder condition.Recorder
 	// writerUID is the Node object writer was made for.
 	writerUID types.UID
 
@@ -247,11 +246,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		Stage: a.setStage, Done: a.metrics.observe,
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(a.client.Events())
-	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(nodeapi.Scheme, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
+	events := nodeapi.NewNodeEvents(a.client, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
+	a.recorder = events
+	go events.Run(ctx)
 
 	var informers sync.WaitGroup
 	ictx, stopInformers := context.WithCancel(ctx)

@@ -13,8 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/certready/certready/internal/nodeapi"
 )
@@ -79,12 +79,18 @@ const (
 type Writer struct {
 	cfg      Config
 	client   Client
-	recorder record.EventRecorder
+	recorder Recorder
 	last     *corev1.NodeCondition // what this process last wrote
 }
 
+// Recorder records events (record.EventRecorder and nodeapi.NodeEvents
+// are ones).
+type Recorder interface {
+	Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
 // NewWriter returns a Writer; recorder may be nil (no events).
-func NewWriter(cfg Config, client Client, recorder record.EventRecorder) *Writer {
+func NewWriter(cfg Config, client Client, recorder Recorder) *Writer {
 	return &Writer{cfg: cfg, client: client, recorder: recorder}
 }
 

@@ -13,9 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/certready/certready/internal/nodeapi"
 )
@@ -69,6 +67,7 @@ func (a adapter) PatchNodeStatus(ctx context.Context, node string, patch []byte)
 	return err
 }
 
-func (a adapter) Events() record.EventSink {
-	return &typedcorev1.EventSinkImpl{Interface: a.cs.CoreV1().Events("")}
+func (a adapter) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	_, err := a.cs.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+	return err
 }
