@@ -47,15 +47,7 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 	names := make([]string, n)
 	clients := make([]kubernetes.Interface, n)
 	csrs := make([]*certv1.CertificateSigningRequest, n)
-	defer func() {
-		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
-		for _, name := range names {
-			if name != "" {
-				_ = b.c.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-			}
-		}
-	}()
+	defer b.removeStormNodes(ctx, names)
 	var errs errorSet
 	jobs := make(chan int)
 	var wg sync.WaitGroup

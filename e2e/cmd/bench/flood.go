@@ -96,16 +96,7 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 	validNames := make([]string, valid)
 	validClients := make([]kubernetes.Interface, valid)
 	validCSRs := make([]*certv1.CertificateSigningRequest, valid)
-	defer func() {
-		// The storms after this one reuse the addresses: gone first.
-		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
-		for _, name := range validNames {
-			if name != "" {
-				_ = b.c.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-			}
-		}
-	}()
+	defer b.removeStormNodes(ctx, validNames)
 	for i := 0; i < valid; i++ {
 		if err := b.prepareStormNode(ctx, run, i, validNames, validClients, validCSRs); err != nil {
 			return res, err

@@ -132,16 +132,8 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 	names := make([]string, n)
 	clients := make([]kubernetes.Interface, n)
 	csrs := make([]*certv1.CertificateSigningRequest, n)
-	defer func() {
-		// Clean up so the next size starts from the same state.
-		_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
-			metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
-		for _, name := range names {
-			if name != "" {
-				_ = b.c.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-			}
-		}
-	}()
+	// Clean up so the next size starts from the same state.
+	defer b.removeStormNodes(ctx, names)
 	// Memory per node counts the storm's Nodes too: the base is taken
 	// before they exist.
 	var rssBefore int64
@@ -399,6 +391,19 @@ func isApproved(csr *certv1.CertificateSigningRequest) bool {
 		}
 	}
 	return false
+}
+
+// removeStormNodes deletes the storm CSRs and the nodes named (the storms
+// after reuse their addresses).
+func (b *bench) removeStormNodes(ctx context.Context, names []string) {
+	ctx = context.WithoutCancel(ctx)
+	_ = b.c.Client.CertificatesV1().CertificateSigningRequests().DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
+	for _, name := range names {
+		if name != "" {
+			_ = b.c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		}
+	}
 }
 
 // prepareStormNode creates storm node i (Node object with its address),
