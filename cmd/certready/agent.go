@@ -16,9 +16,9 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/agent"
-	"github.com/certready/certready/reporter/apiclock"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/observe"
+	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/observe"
 )
 
 const serviceAccountCA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"

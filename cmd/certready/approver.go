@@ -20,10 +20,10 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/approver/taint"
-	"github.com/certready/certready/reporter/observe"
 )
 
 func runApprover(ctx context.Context, args []string) int {

@@ -11,7 +11,7 @@ import (
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/certfile"
+	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/npdcheck"
 )
 

@@ -2,7 +2,7 @@
 // one part owns: the CSR signer and label the approver writes and the agent
 // selects by, the node identity prefix, the node condition, the readiness
 // taint, and the one format of times in condition messages and events.
-// Reasons stay with the verdict that gives them (reporter/verdict).
+// Reasons stay with the verdict that gives them (reporter/agent/verdict).
 package names
 
 import (

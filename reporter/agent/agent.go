@@ -27,18 +27,18 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
-	"github.com/certready/certready/reporter/apiclock"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/condition"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/observe"
-	"github.com/certready/certready/reporter/probe"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/agent/probe"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // Config is the agent's configuration; Defaults fills the zero values.

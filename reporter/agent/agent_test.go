@@ -34,9 +34,9 @@ import (
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent"
-	"github.com/certready/certready/reporter/apiclock"
-	"github.com/certready/certready/reporter/condition"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // kubelet is a stand-in for the kubelet's serving port: it presents

@@ -10,10 +10,10 @@ import (
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/observe"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/observe"
 )
 
 // csrSource gives the CSR evidence for one node. Its main input is the

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // metrics are the agent's Prometheus series. An agent reports one node, so

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/condition"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // NRCCompletedPrefix is the node-readiness-controller's mark on a node for

@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/approver/policy"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/observe"
-	"github.com/certready/certready/reporter/probe"
 )
 
 // Prover looks at a node's kubelet as the API server would before the

@@ -35,7 +35,7 @@ import (
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/retryqueue"
-	"github.com/certready/certready/reporter/condition"
+	"github.com/certready/certready/reporter/agent/condition"
 )
 
 // CompletedAnnotation records when certready lifted the startup taint.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/agent/certfile"
 )
 
 func issue(t *testing.T) (*testpki.CA, *testpki.Pair) {

@@ -12,9 +12,9 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/agent/certfile"
 )
 
 // State is what the node's CSRs say about the installed certificate.

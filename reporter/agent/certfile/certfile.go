@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/internal/fingerprint"
 )
 
 const (

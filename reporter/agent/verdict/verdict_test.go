@@ -12,12 +12,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/probe"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/probe"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 var now = time.Now()

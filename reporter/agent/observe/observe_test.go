@@ -18,12 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/observe"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/observe"
 )
 
 func TestLoadCA(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/reporter/agent/csrmatch"
 )
 
 var base = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)

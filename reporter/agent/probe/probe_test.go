@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/agent/probe"
 )
 
 var loopback = net.ParseIP("127.0.0.1")

@@ -24,14 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/fingerprint"
-	"github.com/certready/certready/reporter/probe"
-	"github.com/certready/certready/reporter/verdict"
+	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/probe"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // DefaultKubeletPort is used when neither the flag nor the Node says otherwise.

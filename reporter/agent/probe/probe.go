@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/certready/certready/reporter/fingerprint"
+	"github.com/certready/certready/internal/fingerprint"
 )
 
 // DefaultTimeout bounds one probe: dial plus handshake.

@@ -19,9 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/certfile"
-	"github.com/certready/certready/reporter/csrmatch"
-	"github.com/certready/certready/reporter/probe"
+	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/probe"
 )
 
 // Check names one step of the verification.
