@@ -20,6 +20,7 @@ import (
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/policy"
@@ -90,7 +91,7 @@ func runApprover(ctx context.Context, args []string) int {
 		}
 	}
 	if o.RemoveStartupTaint.Key != "" {
-		if prover.Roots, err = observe.LoadCA(kubeletCA); err != nil {
+		if prover.Roots, err = certfile.LoadCA(kubeletCA); err != nil {
 			return fail(fmt.Errorf("--kubelet-ca-file (the taint fallback proves each node's serving certificate before lifting its taint): %w", err))
 		}
 		if prover.AddressTypes, err = observe.ParseAddressTypes(addrTypes); err != nil {

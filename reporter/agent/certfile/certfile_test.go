@@ -266,3 +266,17 @@ func write(t *testing.T, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+func TestLoadCA(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.crt")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certfile.LoadCA(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no CERTIFICATE") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := certfile.LoadCA(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("err = %v", err)
+	}
+}

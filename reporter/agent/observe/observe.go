@@ -8,11 +8,9 @@ package observe
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +76,7 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 			c.Done(step, time.Since(start))
 		}
 	}
-	in.CA, in.CAErr = LoadCA(c.CAFile)
+	in.CA, in.CAErr = certfile.LoadCA(c.CAFile)
 
 	stage("reading the installed certificate")
 	start := time.Now()
@@ -300,21 +298,4 @@ func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
 		}
 	}
 	return info
-}
-
-// LoadCA reads a PEM bundle; an error names the file and what is wrong.
-func LoadCA(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("CA file %s: %w", path, err)
-	}
-	certs, err := certfile.ParseCertificates(data)
-	if err != nil {
-		return nil, fmt.Errorf("CA file %s: %v", path, err)
-	}
-	pool := x509.NewCertPool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	return pool, nil
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -25,20 +23,6 @@ import (
 	"github.com/certready/certready/reporter/agent/csrmatch"
 	"github.com/certready/certready/reporter/agent/observe"
 )
-
-func TestLoadCA(t *testing.T) {
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty.crt")
-	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := observe.LoadCA(empty); err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "no CERTIFICATE") {
-		t.Errorf("err = %v", err)
-	}
-	if _, err := observe.LoadCA(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
-		t.Errorf("err = %v", err)
-	}
-}
 
 func csrFor(name, node string, labelled bool, certPEM []byte) *certv1.CertificateSigningRequest {
 	c := &certv1.CertificateSigningRequest{

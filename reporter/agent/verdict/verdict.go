@@ -21,7 +21,6 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/probe"
 )
 
 // Check names one step of the verification.
@@ -58,7 +57,7 @@ type Input struct {
 	// plugin without API credentials); the message then says so.
 	SkipCSR bool
 	// Endpoint is nil when the kubelet port was not probed.
-	Endpoint *probe.Result
+	Endpoint *Endpoint
 }
 
 // Clock is the node's clock against the API server's (the Date of its
@@ -159,7 +158,7 @@ func Stalled(now, last time.Time, stage string) Verdict {
 // so that probing the kubelet port can decide the verdict. Callers use it to
 // skip the handshake when an earlier check already failed.
 func NeedsEndpoint(in Input) bool {
-	in.Endpoint = &probe.Result{Outcome: probe.Presented, Fingerprint: in.File.Fingerprint}
+	in.Endpoint = &Endpoint{Outcome: Presented, Fingerprint: in.File.Fingerprint}
 	return Evaluate(in).Ready()
 }
 
@@ -231,7 +230,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
 	}
-	if err := probe.Verify(leaf, in.File.Intermediates, in.CA, "", now); err != nil {
+	if err := certfile.Verify(leaf, in.File.Intermediates, in.CA, "", now); err != nil {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
 	}
 	if msg := coverage(leaf, in.Node); msg != "" {
@@ -341,15 +340,15 @@ func (e *evaluation) endpoint() Verdict {
 	}
 	var r Reason
 	switch ep.Outcome {
-	case probe.Unreachable:
+	case Unreachable:
 		r = EndpointUnreachable
-	case probe.NoCertificate:
+	case NoCertificate:
 		r = EndpointNoCertificate
-	case probe.NotTLS:
+	case NotTLS:
 		r = EndpointNotTLS
-	case probe.HandshakeFailed:
+	case HandshakeFailed:
 		r = EndpointHandshakeFailed
-	case probe.Presented:
+	case Presented:
 		switch {
 		case ep.Fingerprint == in.File.Fingerprint:
 			e.pass(CheckEndpoint)

@@ -64,8 +64,8 @@ func observed(p *testpki.Pair) certfile.Observation {
 	return certfile.Observation{Path: "/var/lib/kubelet/pki/kubelet-server-current.pem", State: certfile.Present, Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
 }
 
-func presented(p *testpki.Pair) *probe.Result {
-	return &probe.Result{Outcome: probe.Presented, Addr: "192.0.2.11:10250", Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
+func presented(p *testpki.Pair) *verdict.Endpoint {
+	return &verdict.Endpoint{Outcome: verdict.Presented, Addr: "192.0.2.11:10250", Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
 }
 
 // ready is an input that passes every check; cases change one thing.
@@ -327,26 +327,26 @@ func TestEvaluate(t *testing.T) {
 		{
 			name: "endpoint unreachable",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
+				in.Endpoint = &verdict.Endpoint{Outcome: verdict.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointUnreachable, wantText: "192.0.2.11:10250",
 		},
 		{
 			name: "kubelet has no certificate to serve",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &probe.Result{Outcome: probe.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
+				in.Endpoint = &verdict.Endpoint{Outcome: verdict.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNoCertificate, wantText: "internal error",
 		},
 		{
 			name:       "plain HTTP on the kubelet port",
-			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.NotTLS, Addr: "a:1"} },
+			mutate:     func(in *verdict.Input) { in.Endpoint = &verdict.Endpoint{Outcome: verdict.NotTLS, Addr: "a:1"} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNotTLS,
 		},
 		{
 			name: "other handshake failure",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
+				in.Endpoint = &verdict.Endpoint{Outcome: verdict.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointHandshakeFailed, wantText: "deadline",
 		},

@@ -21,6 +21,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/agent/probe"
+	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/approver/policy"
 )
 
@@ -62,7 +63,7 @@ func (p *Prover) Prove(ctx context.Context, node *corev1.Node) error {
 	}
 	port := observe.KubeletPort(p.Port, node)
 	res := probe.Probe(ctx, probe.Target{Addr: net.JoinHostPort(info.Dial, strconv.Itoa(port)), ServerName: info.Dial, Roots: p.Roots, Timeout: p.Timeout, Now: now})
-	if res.Outcome != probe.Presented {
+	if res.Outcome != verdict.Presented {
 		return fmt.Errorf("the kubelet serves no certificate: %s", res.Describe())
 	}
 	if res.VerifyErr != nil {
