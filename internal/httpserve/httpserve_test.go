@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/certready/certready/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/certready/certready/internal/httpserve"
 )
 
 func TestServeListenAddresses(t *testing.T) {

@@ -48,10 +48,16 @@ const (
 // NodeUser is the username of node's credentials.
 func NodeUser(node string) string { return UserPrefix + node }
 
-// NodeOf returns the node a username belongs to, if it is a node's.
+// NodeOf returns <name> for a node's username system:node:<name>. It is the
+// one reading of a requester's node for every part: a name that is empty or
+// holds a colon is no node's (it could not be a Node's name, and a colon
+// would let system:node:a:b pass for node a's).
 func NodeOf(user string) (string, bool) {
 	node, ok := strings.CutPrefix(user, UserPrefix)
-	return node, ok && node != ""
+	if !ok || node == "" || strings.Contains(node, ":") {
+		return "", false
+	}
+	return node, true
 }
 
 // Stamp formats t as condition messages and events write times.

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/names"
 )
 
@@ -72,7 +73,7 @@ func CSR(o CSROptions) cache.TransformFunc {
 		}
 		c.ManagedFields = nil
 		switch {
-		case decided(c) || o.DropRequest:
+		case !csrstate.IsPending(c) || o.DropRequest:
 			c.Spec.Request = nil
 		case o.MaxRequestBytes > 0 && len(c.Spec.Request) > o.MaxRequestBytes:
 			extra := maps.Clone(c.Spec.Extra)
@@ -82,19 +83,9 @@ func CSR(o CSROptions) cache.TransformFunc {
 			extra[names.DroppedRequestKey] = certv1.ExtraValue{strconv.Itoa(len(c.Spec.Request))}
 			c.Spec.Extra, c.Spec.Request = extra, nil
 		}
-		if decided(c) && !o.KeepCertificate {
+		if !csrstate.IsPending(c) && !o.KeepCertificate {
 			c.Status.Certificate = nil
 		}
 		return c, nil
 	}
-}
-
-func decided(c *certv1.CertificateSigningRequest) bool {
-	for _, cond := range c.Status.Conditions {
-		switch cond.Type {
-		case certv1.CertificateApproved, certv1.CertificateDenied, certv1.CertificateFailed:
-			return true
-		}
-	}
-	return false
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
@@ -109,15 +109,15 @@ func Match(csrs []*certv1.CertificateSigningRequest, node string, installed fing
 	}
 	newest := mine[0]
 	res.Name, res.Created = newest.Name, newest.CreationTimestamp.Time
-	approved, denied, failed := conditions(newest)
-	switch {
-	case denied != nil:
+	_, denied, failed := csrstate.Conditions(newest)
+	switch csrstate.Of(newest) {
+	case csrstate.Denied:
 		res.State, res.Detail = Denied, denied.Message
-	case failed != nil:
+	case csrstate.Failed:
 		res.State, res.Detail = Failed, failed.Message
-	case approved != nil && len(newest.Status.Certificate) == 0:
+	case csrstate.Approved:
 		res.State = NotIssued
-	case approved == nil:
+	case csrstate.Pending:
 		res.State = Pending
 	default:
 		// Approved and issued, but for another certificate: either the
@@ -130,8 +130,7 @@ func Match(csrs []*certv1.CertificateSigningRequest, node string, installed fing
 // issuedBy reports whether c is approved, neither denied nor failed, and
 // issued exactly the certificate with fingerprint fp.
 func issuedBy(c *certv1.CertificateSigningRequest, fp fingerprint.SHA256) bool {
-	approved, denied, failed := conditions(c)
-	if approved == nil || denied != nil || failed != nil || len(c.Status.Certificate) == 0 {
+	if csrstate.Of(c) != csrstate.Issued {
 		return false
 	}
 	certs, err := certfile.ParseCertificates(c.Status.Certificate)
@@ -139,22 +138,4 @@ func issuedBy(c *certv1.CertificateSigningRequest, fp fingerprint.SHA256) bool {
 		return false
 	}
 	return fingerprint.Of(certs[0]) == fp
-}
-
-func conditions(c *certv1.CertificateSigningRequest) (approved, denied, failed *certv1.CertificateSigningRequestCondition) {
-	for i := range c.Status.Conditions {
-		cond := &c.Status.Conditions[i]
-		if cond.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch cond.Type {
-		case certv1.CertificateApproved:
-			approved = cond
-		case certv1.CertificateDenied:
-			denied = cond
-		case certv1.CertificateFailed:
-			failed = cond
-		}
-	}
-	return approved, denied, failed
 }

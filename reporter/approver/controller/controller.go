@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
@@ -123,7 +124,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		AddFunc: func(obj any) {
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 				c.pending.observe(csr, false)
-				if isPending(csr) {
+				if csrstate.IsPending(csr) {
 					c.firstSeen.Store(csr.UID, time.Now())
 				}
 			}
@@ -182,7 +183,7 @@ func (c *Controller) EnqueueNode(node string) {
 		return
 	}
 	for _, obj := range objs {
-		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && isPending(csr) {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && csrstate.IsPending(csr) {
 			c.queue.Add(csr.Name)
 		}
 	}
@@ -192,7 +193,7 @@ func (c *Controller) EnqueueNode(node string) {
 func (c *Controller) EnqueueAll() {
 	list, _ := c.csrs.List(labels.Everything())
 	for _, csr := range list {
-		if isPending(csr) {
+		if csrstate.IsPending(csr) {
 			c.queue.Add(csr.Name)
 		}
 	}
@@ -301,7 +302,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		}
 		return 0, c.warnOnce(csr, rule, msg), nil
 	}
-	if !isPending(csr) {
+	if !csrstate.IsPending(csr) {
 		c.decided.Delete(csr.UID)
 		return relabel()
 	}
@@ -430,8 +431,8 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) (by string, err error) {
 	api := c.client.CertificatesV1().CertificateSigningRequests()
 	_, err = c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
-		if !isPending(cur) {
-			by = state(cur)
+		if !csrstate.IsPending(cur) {
+			by = string(csrstate.Of(cur))
 			return false
 		}
 		// The label in the same request: the approval subresource
@@ -464,17 +465,6 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		c.recorder.Event(csr, kind, string(d.Rule), d.Message)
 	}
 	return "", nil
-}
-
-// state names what a decided CSR shows.
-func state(csr *certv1.CertificateSigningRequest) string {
-	for _, cond := range csr.Status.Conditions {
-		switch cond.Type {
-		case certv1.CertificateApproved, certv1.CertificateDenied, certv1.CertificateFailed:
-			return string(cond.Type)
-		}
-	}
-	return "Issued"
 }
 
 // update applies mutate to a copy of csr and writes it. The first attempt
@@ -553,7 +543,7 @@ func (c *Controller) backlog(now time.Time) (int, time.Duration) {
 	}
 	n, oldest := 0, time.Duration(0)
 	for _, csr := range list {
-		if csr.Spec.SignerName != certv1.KubeletServingSignerName || !isPending(csr) {
+		if csr.Spec.SignerName != certv1.KubeletServingSignerName || !csrstate.IsPending(csr) {
 			continue
 		}
 		n++
@@ -563,18 +553,8 @@ func (c *Controller) backlog(now time.Time) (int, time.Duration) {
 }
 
 func nodeOf(csr *certv1.CertificateSigningRequest) (string, bool) {
-	return policy.NodeName(csr.Spec.Username)
+	return names.NodeOf(csr.Spec.Username)
 }
 
 // newLimiter bounds the queue's overall retry rate (per-item backoff aside).
 func newLimiter() *rate.Limiter { return rate.NewLimiter(rate.Limit(50), 100) }
-
-func isPending(csr *certv1.CertificateSigningRequest) bool {
-	for _, cond := range csr.Status.Conditions {
-		switch cond.Type {
-		case certv1.CertificateApproved, certv1.CertificateDenied, certv1.CertificateFailed:
-			return false
-		}
-	}
-	return len(csr.Status.Certificate) == 0
-}

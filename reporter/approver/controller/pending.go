@@ -5,6 +5,8 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/certready/certready/internal/csrstate"
 )
 
 // pendingSet tracks the pending kubelet-serving CSRs per requesting node,
@@ -29,7 +31,7 @@ func (p *pendingSet) observe(csr *certv1.CertificateSigningRequest, gone bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	set := p.byNode[node]
-	if gone || !isPending(csr) {
+	if gone || !csrstate.IsPending(csr) {
 		delete(set, csr.UID)
 		if len(set) == 0 {
 			delete(p.byNode, node)
@@ -91,7 +93,7 @@ func (c *Controller) newer(csr *certv1.CertificateSigningRequest) string {
 			continue
 		}
 		at, than := other.CreationTimestamp.Time, newest.CreationTimestamp.Time
-		if at.After(than) || (isPending(other) && at.Equal(than) && other.Name > newest.Name) {
+		if at.After(than) || (csrstate.IsPending(other) && at.Equal(than) && other.Name > newest.Name) {
 			newest = other
 		}
 	}

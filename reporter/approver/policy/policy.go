@@ -161,7 +161,7 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	if spec.SignerName != certv1.KubeletServingSignerName {
 		return refuse("", RuleWrongSigner, "signer %q is not %s", spec.SignerName, certv1.KubeletServingSignerName)
 	}
-	node, ok := NodeName(spec.Username)
+	node, ok := names.NodeOf(spec.Username)
 	if !ok {
 		return refuse("", RuleUsernameNotNode, "username %q is not system:node:<name>", spec.Username)
 	}
@@ -377,15 +377,6 @@ func (h apiServerHost) own() (inventory.Entry, bool) {
 		return inventory.Entry{}, false
 	}
 	return h.cfg.HostOwn(h.node)
-}
-
-// NodeName returns <name> for a username system:node:<name>.
-func NodeName(username string) (string, bool) {
-	node, ok := names.NodeOf(username)
-	if !ok || node == "" || strings.Contains(node, ":") {
-		return "", false
-	}
-	return node, true
 }
 
 func parseRequest(node string, data []byte) (*x509.CertificateRequest, Decision) {

@@ -17,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/agent/verdict"
-	"github.com/certready/certready/reporter/approver/policy"
 )
 
 // Prover looks at a node's kubelet as the API server would before the
@@ -113,8 +113,8 @@ func (i *IssuedIndex) Transform(next cache.TransformFunc) cache.TransformFunc {
 }
 
 func (i *IssuedIndex) observe(c *certv1.CertificateSigningRequest) {
-	node, ok := policy.NodeName(c.Spec.Username)
-	if !ok || c.Spec.SignerName != names.SignerName || len(c.Status.Certificate) == 0 {
+	node, ok := names.NodeOf(c.Spec.Username)
+	if !ok || c.Spec.SignerName != names.SignerName || csrstate.Of(c) != csrstate.Issued {
 		return
 	}
 	block, _ := pem.Decode(c.Status.Certificate)
@@ -140,7 +140,7 @@ func (i *IssuedIndex) Forget(obj any) {
 	if !ok {
 		return
 	}
-	node, _ := policy.NodeName(c.Spec.Username)
+	node, _ := names.NodeOf(c.Spec.Username)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if m := i.byNode[node]; m != nil {
