@@ -309,27 +309,31 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if _, done := c.decided.Load(csr.UID); done {
 		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
 	}
-	// Only a node's newest request is a candidate: the kubelet waits for
-	// that one alone, and a node's pile of requests cannot crowd out others.
-	if newer := c.newer(csr); newer != "" {
-		c.metrics.decisions.WithLabelValues("superseded", string(policy.RuleSuperseded)).Inc()
-		requeue, _, err := keep(policy.RuleSuperseded, fmt.Sprintf("%s: %s is pending too and newer; only a node's newest request is a candidate", policy.RuleSuperseded, newer))
-		return requeue, err
+	// Only a node's newest request is a candidate (the kubelet waits for
+	// that one alone, and a node's pile of requests cannot crowd out
+	// others), and the flood guard defers all while too many nodes wait:
+	// the policy's first two rules, with the backlog the queue knows.
+	max := c.maxPending()
+	backlog := policy.Backlog{Newer: c.newer(csr), PendingNodes: c.pending.nodes(c.known, max), MaxPending: max}
+	pc := c.cfg.Policy
+	if f := c.cfg.APIServer; f != nil {
+		pc.APIServer = f()
 	}
-	if max := c.maxPending(); c.pending.nodes(c.known, max) >= max {
+	d := policy.Evaluate(csr, c.cfg.Inventory, pc, backlog)
+	switch d.Rule {
+	case policy.RuleSuperseded:
+		c.metrics.decisions.WithLabelValues("superseded", string(d.Rule)).Inc()
+		requeue, _, err := keep(d.Rule, d.Message)
+		return requeue, err
+	case policy.RuleFloodGuard:
 		c.metrics.floodGuard.Set(1)
-		c.metrics.decisions.WithLabelValues("deferred", string(policy.RuleFloodGuard)).Inc()
-		if requeue, _, err := keep(policy.RuleFloodGuard, fmt.Sprintf("%s: %d or more distinct nodes of the inventory have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", policy.RuleFloodGuard, max, max)); requeue != 0 || err != nil {
+		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
+		if requeue, _, err := keep(d.Rule, d.Message); requeue != 0 || err != nil {
 			return requeue, err
 		}
 		return c.cfg.FloodRetry, nil
 	}
 	c.metrics.floodGuard.Set(0)
-	pc := c.cfg.Policy
-	if f := c.cfg.APIServer; f != nil {
-		pc.APIServer = f()
-	}
-	d := policy.Evaluate(csr, c.cfg.Inventory, pc)
 	switch {
 	case d.Approve:
 		by, err := c.decide(ctx, csr, certv1.CertificateApproved, d)

@@ -1,7 +1,8 @@
 // Package policy decides, as a pure function, whether a kubelet-serving CSR
-// proves the identity of the node that sent it. A decision is Approve, or a
-// refusal naming the exact rule that failed, marked Transient when waiting
-// may fix it (the node is not in the inventory yet, the backlog is too long).
+// proves the identity of the node that sent it. The policy is an ordered
+// list of named rules (rules); a decision is Approve, or a refusal naming
+// the first rule that failed, marked Transient when waiting may fix it (the
+// node is not in the inventory yet, the backlog is too long).
 package policy
 
 import (
@@ -53,15 +54,6 @@ const (
 	RuleTooManySANs          Rule = "TooManySANs"
 	RuleKeyNotAllowed        Rule = "KeyNotAllowed"
 )
-
-// Rules lists every refusal rule, for metrics and documentation.
-var Rules = []Rule{
-	RuleWrongSigner, RuleUsernameNotNode, RuleGroupsMissingNodes, RuleRequestNotOnePEM, RuleRequestUnparseable,
-	RuleRequestSignature, RuleSubjectCN, RuleSubjectOrg, RuleUsages, RuleNoSAN, RuleEmailOrURISAN, RuleSANDenied,
-	RuleDNSSANNotInInventory, RuleIPSANNotInInventory, RuleIPSANNotAllowed, RuleExpirationTooLong,
-	RuleNodeNotInInventory, RuleAddressClaimed, RuleFloodGuard, RuleSuperseded, RuleRequestTooLarge,
-	RuleTooManySANs, RuleKeyNotAllowed,
-}
 
 // Bounds on what a request may carry, whatever the node reports: a real
 // kubelet asks for its host name and the addresses in its Node status (a
@@ -143,10 +135,6 @@ type Decision struct {
 	Transient bool // retry later instead of recording a final refusal
 }
 
-func refuse(node string, r Rule, format string, args ...any) Decision {
-	return Decision{Node: node, Rule: r, Message: string(r) + ": " + fmt.Sprintf(format, args...)}
-}
-
 // Allowed usage sets: the ones the kubelet-serving signer accepts, so that
 // an approval never ends Approved,Failed.
 var allowedUsages = [][]certv1.KeyUsage{
@@ -154,115 +142,328 @@ var allowedUsages = [][]certv1.KeyUsage{
 	{certv1.UsageDigitalSignature, certv1.UsageKeyEncipherment, certv1.UsageServerAuth},
 }
 
-// Evaluate decides on csr. The flood guard and the newest-request rule are
-// the caller's (they need the backlog); everything else is here.
-func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg Config) Decision {
-	spec := csr.Spec
-	if spec.SignerName != certv1.KubeletServingSignerName {
-		return refuse("", RuleWrongSigner, "signer %q is not %s", spec.SignerName, certv1.KubeletServingSignerName)
+// Backlog is what the approver's queue knows beyond the CSR itself, for the
+// rules that need it: only a node's newest request is a candidate, and the
+// flood guard stops approving while too many nodes wait at once.
+type Backlog struct {
+	// Newer names a CSR of the same node that supersedes this one, or "".
+	Newer string
+	// PendingNodes counts the distinct nodes of the inventory with a
+	// pending request (up to MaxPending); MaxPending 0: no flood guard.
+	PendingNodes, MaxPending int
+}
+
+// evaluation carries one CSR through the rules; a rule reads what the
+// rules before it established (the node, the parsed request, its IPs, the
+// node's inventory entry).
+type evaluation struct {
+	csr     *certv1.CertificateSigningRequest
+	inv     inventory.Source
+	cfg     Config
+	backlog Backlog
+
+	node  string
+	block *pem.Block
+	req   *x509.CertificateRequest
+	ips   []netip.Addr
+	entry inventory.Entry
+}
+
+// rule is one named check of the policy: check says why the request fails
+// it, or "" when it passes. A transient refusal is one that waiting may
+// fix; the controller retries it instead of recording a final refusal.
+type rule struct {
+	name      Rule
+	transient bool
+	check     func(e *evaluation) string
+}
+
+// rules is the policy, in order: the first rule a request fails decides.
+// A new rule is one function and one row here.
+var rules = []rule{
+	{name: RuleSuperseded, check: superseded},
+	{name: RuleFloodGuard, transient: true, check: floodGuard},
+	{name: RuleWrongSigner, check: wrongSigner},
+	{name: RuleUsernameNotNode, check: usernameNotNode},
+	{name: RuleGroupsMissingNodes, check: groupsMissingNodes},
+	{name: RuleRequestTooLarge, check: requestTooLarge},
+	{name: RuleRequestNotOnePEM, check: requestNotOnePEM},
+	{name: RuleRequestUnparseable, check: requestUnparseable},
+	{name: RuleRequestSignature, check: requestSignature},
+	{name: RuleSubjectCN, check: subjectCN},
+	{name: RuleSubjectOrg, check: subjectOrg},
+	{name: RuleKeyNotAllowed, check: keyNotAllowed},
+	{name: RuleUsages, check: usagesNotAllowed},
+	{name: RuleEmailOrURISAN, check: emailOrURISAN},
+	{name: RuleNoSAN, check: noSAN},
+	{name: RuleTooManySANs, check: tooManySANs},
+	{name: RuleExpirationTooLong, check: expirationTooLong},
+	{name: RuleSANDenied, check: sanDenied},
+	{name: RuleNodeNotInInventory, transient: true, check: nodeNotInInventory},
+	{name: RuleDNSSANNotInInventory, check: dnsSANNotInInventory},
+	{name: RuleIPSANNotInInventory, check: ipSANNotInInventory},
+	{name: RuleIPSANNotAllowed, check: ipSANNotAllowed},
+	{name: RuleAddressClaimed, check: addressClaimed},
+}
+
+// Rules lists every refusal rule in the order they apply, for metrics and
+// documentation.
+var Rules = func() []Rule {
+	out := make([]Rule, len(rules))
+	for i, r := range rules {
+		out[i] = r.name
 	}
-	node, ok := names.NodeOf(spec.Username)
+	return out
+}()
+
+// Evaluate decides on csr: the first rule it fails refuses it, naming the
+// rule; a request that passes every rule is approved.
+func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg Config, backlog Backlog) Decision {
+	e := &evaluation{csr: csr, inv: inv, cfg: cfg, backlog: backlog}
+	for _, r := range rules {
+		if why := r.check(e); why != "" {
+			return Decision{Node: e.node, Rule: r.name, Message: string(r.name) + ": " + why, Transient: r.transient}
+		}
+	}
+	return Decision{
+		Approve: true, Node: e.node, Rule: RuleApproved,
+		Message: fmt.Sprintf("certready: %s proved node identity: CN/O match, IP SANs %v and DNS SANs %v recorded for %s in %s",
+			csr.Spec.Username, e.ips, e.req.DNSNames, e.node, inv.Describe()),
+	}
+}
+
+func superseded(e *evaluation) string {
+	if e.backlog.Newer == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s is pending too and newer; only a node's newest request is a candidate", e.backlog.Newer)
+}
+
+func floodGuard(e *evaluation) string {
+	if max := e.backlog.MaxPending; max <= 0 || e.backlog.PendingNodes < max {
+		return ""
+	}
+	return fmt.Sprintf("%d or more distinct nodes of the inventory have kubelet-serving CSRs pending, the limit is %d (--max-pending); approving nothing", e.backlog.MaxPending, e.backlog.MaxPending)
+}
+
+func wrongSigner(e *evaluation) string {
+	if s := e.csr.Spec.SignerName; s != certv1.KubeletServingSignerName {
+		return fmt.Sprintf("signer %q is not %s", s, certv1.KubeletServingSignerName)
+	}
+	return ""
+}
+
+func usernameNotNode(e *evaluation) string {
+	node, ok := names.NodeOf(e.csr.Spec.Username)
 	if !ok {
-		return refuse("", RuleUsernameNotNode, "username %q is not system:node:<name>", spec.Username)
+		return fmt.Sprintf("username %q is not system:node:<name>", e.csr.Spec.Username)
 	}
-	if !slices.Contains(spec.Groups, names.NodesGroup) {
-		return refuse(node, RuleGroupsMissingNodes, "groups %v lack %s", spec.Groups, names.NodesGroup)
+	e.node = node
+	return ""
+}
+
+func groupsMissingNodes(e *evaluation) string {
+	if g := e.csr.Spec.Groups; !slices.Contains(g, names.NodesGroup) {
+		return fmt.Sprintf("groups %v lack %s", g, names.NodesGroup)
 	}
-	if d, tooLarge := checkSize(node, spec, cfg); tooLarge {
-		return d
+	return ""
+}
+
+// requestTooLarge refuses a request over the bound, and one the informer
+// already dropped for that (names.DroppedRequestKey): the bytes are never
+// parsed.
+func requestTooLarge(e *evaluation) string {
+	spec, limit := e.csr.Spec, e.cfg.RequestBound()
+	if dropped := spec.Extra[names.DroppedRequestKey]; len(dropped) > 0 {
+		return fmt.Sprintf("spec.request of %s bytes, at most %d (--max-request-bytes); dropped unread (and left as it is, labels included)", dropped[0], limit)
 	}
-	req, d := parseRequest(node, spec.Request)
-	if req == nil {
-		return d
+	if len(spec.Request) > limit {
+		return fmt.Sprintf("spec.request of %d bytes, at most %d (--max-request-bytes)", len(spec.Request), limit)
 	}
-	if req.Subject.CommonName != spec.Username {
-		return refuse(node, RuleSubjectCN, "subject CN %q differs from username %q", req.Subject.CommonName, spec.Username)
+	return ""
+}
+
+func requestNotOnePEM(e *evaluation) string {
+	block, rest := pem.Decode(e.csr.Spec.Request)
+	switch {
+	case block == nil || block.Type != "CERTIFICATE REQUEST":
+		return "spec.request is not a PEM CERTIFICATE REQUEST"
+	case len(bytes.TrimSpace(rest)) != 0:
+		return "spec.request holds more than one PEM block or trailing data"
+	case len(block.Headers) != 0:
+		return "the PEM block carries headers"
 	}
-	if !slices.Equal(req.Subject.Organization, []string{names.NodesGroup}) {
-		return refuse(node, RuleSubjectOrg, "subject O %q, want exactly [%s]", req.Subject.Organization, names.NodesGroup)
-	}
-	if why := keyRefused(req.PublicKey); why != "" {
-		return refuse(node, RuleKeyNotAllowed, "%s; want ECDSA P-256 or P-384, or RSA of %d to %d bits", why, MinRSABits, MaxRSABits)
-	}
-	if !usagesAllowed(spec.Usages) {
-		return refuse(node, RuleUsages, "usages %v, want {digital signature, server auth} or {digital signature, key encipherment, server auth}", spec.Usages)
-	}
-	if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
-		return refuse(node, RuleEmailOrURISAN, "email SANs %v, URI SANs %v are not allowed", req.EmailAddresses, req.URIs)
-	}
-	if len(req.DNSNames) == 0 && len(req.IPAddresses) == 0 {
-		return refuse(node, RuleNoSAN, "the request has no DNS or IP SAN")
-	}
-	if n, limit := len(req.DNSNames)+len(req.IPAddresses), orDefault(cfg.MaxSANs, DefaultMaxSANs); n > limit {
-		return refuse(node, RuleTooManySANs, "%d SANs, at most %d (--max-sans)", n, limit)
-	}
-	if spec.ExpirationSeconds != nil && cfg.MaxExpiration > 0 &&
-		time.Duration(*spec.ExpirationSeconds)*time.Second > cfg.MaxExpiration {
-		return refuse(node, RuleExpirationTooLong, "expirationSeconds %d exceeds the maximum %s", *spec.ExpirationSeconds, cfg.MaxExpiration)
+	e.block = block
+	return ""
+}
+
+func requestUnparseable(e *evaluation) string {
+	req, err := x509.ParseCertificateRequest(e.block.Bytes)
+	if err != nil {
+		return err.Error()
 	}
 	ips := make([]netip.Addr, 0, len(req.IPAddresses))
 	for _, raw := range req.IPAddresses {
 		ip, ok := netip.AddrFromSlice(raw)
 		if !ok {
-			return refuse(node, RuleRequestUnparseable, "IP SAN of %d bytes", len(raw))
+			return fmt.Sprintf("IP SAN of %d bytes", len(raw))
 		}
 		ips = append(ips, ip)
 	}
-	host := apiServerHost{node: node, cfg: cfg}
-	for _, dns := range req.DNSNames {
-		if why := deniedDNS(dns, cfg); why != "" {
-			return refuse(node, RuleSANDenied, "DNS SAN %q is %s", dns, why)
+	e.req, e.ips = req, ips
+	return ""
+}
+
+func requestSignature(e *evaluation) string {
+	if err := e.req.CheckSignature(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func subjectCN(e *evaluation) string {
+	if cn, user := e.req.Subject.CommonName, e.csr.Spec.Username; cn != user {
+		return fmt.Sprintf("subject CN %q differs from username %q", cn, user)
+	}
+	return ""
+}
+
+func subjectOrg(e *evaluation) string {
+	if o := e.req.Subject.Organization; !slices.Equal(o, []string{names.NodesGroup}) {
+		return fmt.Sprintf("subject O %q, want exactly [%s]", o, names.NodesGroup)
+	}
+	return ""
+}
+
+func keyNotAllowed(e *evaluation) string {
+	if why := keyRefused(e.req.PublicKey); why != "" {
+		return fmt.Sprintf("%s; want ECDSA P-256 or P-384, or RSA of %d to %d bits", why, MinRSABits, MaxRSABits)
+	}
+	return ""
+}
+
+func usagesNotAllowed(e *evaluation) string {
+	if u := e.csr.Spec.Usages; !usagesAllowed(u) {
+		return fmt.Sprintf("usages %v, want {digital signature, server auth} or {digital signature, key encipherment, server auth}", u)
+	}
+	return ""
+}
+
+func emailOrURISAN(e *evaluation) string {
+	if len(e.req.EmailAddresses) > 0 || len(e.req.URIs) > 0 {
+		return fmt.Sprintf("email SANs %v, URI SANs %v are not allowed", e.req.EmailAddresses, e.req.URIs)
+	}
+	return ""
+}
+
+func noSAN(e *evaluation) string {
+	if len(e.req.DNSNames) == 0 && len(e.ips) == 0 {
+		return "the request has no DNS or IP SAN"
+	}
+	return ""
+}
+
+func tooManySANs(e *evaluation) string {
+	if n, limit := len(e.req.DNSNames)+len(e.ips), orDefault(e.cfg.MaxSANs, DefaultMaxSANs); n > limit {
+		return fmt.Sprintf("%d SANs, at most %d (--max-sans)", n, limit)
+	}
+	return ""
+}
+
+func expirationTooLong(e *evaluation) string {
+	exp, max := e.csr.Spec.ExpirationSeconds, e.cfg.MaxExpiration
+	if exp != nil && max > 0 && time.Duration(*exp)*time.Second > max {
+		return fmt.Sprintf("expirationSeconds %d exceeds the maximum %s", *exp, max)
+	}
+	return ""
+}
+
+// sanDenied refuses names and addresses no node may have: the deny lists,
+// the API server's own (but to a node that hosts an API server, its own),
+// and addresses that are never a node's.
+func sanDenied(e *evaluation) string {
+	host := apiServerHost{node: e.node, cfg: e.cfg}
+	for _, dns := range e.req.DNSNames {
+		if why := deniedDNS(dns, e.cfg); why != "" {
+			return fmt.Sprintf("DNS SAN %q is %s", dns, why)
 		}
 		if why := host.refusesName(dns); why != "" {
-			return refuse(node, RuleSANDenied, "DNS SAN %q is %s", dns, why)
+			return fmt.Sprintf("DNS SAN %q is %s", dns, why)
 		}
 	}
-	for _, ip := range ips {
-		if why := deniedIP(ip, cfg); why != "" {
-			return refuse(node, RuleSANDenied, "IP SAN %s is %s", ip, why)
+	for _, ip := range e.ips {
+		if why := deniedIP(ip, e.cfg); why != "" {
+			return fmt.Sprintf("IP SAN %s is %s", ip, why)
 		}
 		if why := host.refusesAddress(ip); why != "" {
-			return refuse(node, RuleSANDenied, "IP SAN %s is %s", ip, why)
+			return fmt.Sprintf("IP SAN %s is %s", ip, why)
 		}
 	}
-	entry, found := inv.Lookup(node)
+	return ""
+}
+
+func nodeNotInInventory(e *evaluation) string {
+	entry, found := e.inv.Lookup(e.node)
 	if !found {
-		d := refuse(node, RuleNodeNotInInventory, "%s not recorded in the inventory (%s)", node, inv.Describe())
-		d.Transient = true
-		return d
+		return fmt.Sprintf("%s not recorded in the inventory (%s)", e.node, e.inv.Describe())
 	}
-	claims, _ := inv.(inventory.Claims)
-	for _, dns := range req.DNSNames {
-		if !dnsRecorded(dns, node, entry.DNSNames) {
-			return refuse(node, RuleDNSSANNotInInventory, "%s not recorded for %s", dns, node)
-		}
-		// A node's own name is proven by its credentials, whoever else
-		// reports it; any other name that another node has or reports
-		// proves neither.
-		if claims != nil && NormalizeDNS(dns) != NormalizeDNS(node) {
-			if others := others(claims.NameClaimants(NormalizeDNS(dns)), node); len(others) > 0 {
-				return refuse(node, RuleAddressClaimed, "%s is also the name of, or reported by, %s: a name two nodes claim proves neither", dns, strings.Join(others, ", "))
-			}
+	e.entry = entry
+	return ""
+}
+
+func dnsSANNotInInventory(e *evaluation) string {
+	for _, dns := range e.req.DNSNames {
+		if !dnsRecorded(dns, e.node, e.entry.DNSNames) {
+			return fmt.Sprintf("%s not recorded for %s", dns, e.node)
 		}
 	}
-	for _, ip := range ips {
-		if !slices.Contains(entry.IPs, ip) {
-			return refuse(node, RuleIPSANNotInInventory, "%s not recorded for %s", ip, node)
-		}
-		if len(cfg.AllowedCIDRs) > 0 && !slices.ContainsFunc(cfg.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			return refuse(node, RuleIPSANNotAllowed, "%s is outside --allowed-cidrs %v", ip, cfg.AllowedCIDRs)
-		}
-		if claims != nil {
-			if others := others(claims.Claimants(ip), node); len(others) > 0 {
-				return refuse(node, RuleAddressClaimed, "%s is also claimed by %s: an address two nodes report proves neither", ip, strings.Join(others, ", "))
-			}
+	return ""
+}
+
+func ipSANNotInInventory(e *evaluation) string {
+	for _, ip := range e.ips {
+		if !slices.Contains(e.entry.IPs, ip) {
+			return fmt.Sprintf("%s not recorded for %s", ip, e.node)
 		}
 	}
-	return Decision{
-		Approve: true, Node: node, Rule: RuleApproved,
-		Message: fmt.Sprintf("certready: %s proved node identity: CN/O match, IP SANs %v and DNS SANs %v recorded for %s in %s",
-			spec.Username, ips, req.DNSNames, node, inv.Describe()),
+	return ""
+}
+
+func ipSANNotAllowed(e *evaluation) string {
+	allowed := e.cfg.AllowedCIDRs
+	if len(allowed) == 0 {
+		return ""
 	}
+	for _, ip := range e.ips {
+		if !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			return fmt.Sprintf("%s is outside --allowed-cidrs %v", ip, allowed)
+		}
+	}
+	return ""
+}
+
+// addressClaimed refuses a name or an address that another node has or
+// reports too: it proves neither. A node's own name is proven by its
+// credentials, whoever else reports it.
+func addressClaimed(e *evaluation) string {
+	claims, ok := e.inv.(inventory.Claims)
+	if !ok {
+		return ""
+	}
+	for _, dns := range e.req.DNSNames {
+		if NormalizeDNS(dns) == NormalizeDNS(e.node) {
+			continue
+		}
+		if others := others(claims.NameClaimants(NormalizeDNS(dns)), e.node); len(others) > 0 {
+			return fmt.Sprintf("%s is also the name of, or reported by, %s: a name two nodes claim proves neither", dns, strings.Join(others, ", "))
+		}
+	}
+	for _, ip := range e.ips {
+		if others := others(claims.Claimants(ip), e.node); len(others) > 0 {
+			return fmt.Sprintf("%s is also claimed by %s: an address two nodes report proves neither", ip, strings.Join(others, ", "))
+		}
+	}
+	return ""
 }
 
 func others(claimants []string, node string) []string {
@@ -284,19 +485,6 @@ func orDefault(v, def int) int {
 // size (names.DroppedRequestKey).
 func RequestDropped(csr *certv1.CertificateSigningRequest) bool {
 	return len(csr.Spec.Extra[names.DroppedRequestKey]) > 0
-}
-
-// checkSize refuses a request over the bound, and one the informer already
-// dropped for that (names.DroppedRequestKey): the bytes are never parsed.
-func checkSize(node string, spec certv1.CertificateSigningRequestSpec, cfg Config) (Decision, bool) {
-	limit := cfg.RequestBound()
-	if dropped := spec.Extra[names.DroppedRequestKey]; len(dropped) > 0 {
-		return refuse(node, RuleRequestTooLarge, "spec.request of %s bytes, at most %d (--max-request-bytes); dropped unread (and left as it is, labels included)", dropped[0], limit), true
-	}
-	if len(spec.Request) > limit {
-		return refuse(node, RuleRequestTooLarge, "spec.request of %d bytes, at most %d (--max-request-bytes)", len(spec.Request), limit), true
-	}
-	return Decision{}, false
 }
 
 // keyRefused says why a requested public key is not allowed, or "".
@@ -377,27 +565,6 @@ func (h apiServerHost) own() (inventory.Entry, bool) {
 		return inventory.Entry{}, false
 	}
 	return h.cfg.HostOwn(h.node)
-}
-
-func parseRequest(node string, data []byte) (*x509.CertificateRequest, Decision) {
-	block, rest := pem.Decode(data)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, refuse(node, RuleRequestNotOnePEM, "spec.request is not a PEM CERTIFICATE REQUEST")
-	}
-	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, refuse(node, RuleRequestNotOnePEM, "spec.request holds more than one PEM block or trailing data")
-	}
-	if len(block.Headers) != 0 {
-		return nil, refuse(node, RuleRequestNotOnePEM, "the PEM block carries headers")
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return nil, refuse(node, RuleRequestUnparseable, "%v", err)
-	}
-	if err := req.CheckSignature(); err != nil {
-		return nil, refuse(node, RuleRequestSignature, "%v", err)
-	}
-	return req, Decision{}
 }
 
 func usagesAllowed(got []certv1.KeyUsage) bool {

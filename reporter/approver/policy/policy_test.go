@@ -117,6 +117,7 @@ type csrCase struct {
 	want    policy.Rule
 	wantMsg string
 	retry   bool
+	backlog policy.Backlog
 }
 
 func build(t *testing.T, tc csrCase) *certv1.CertificateSigningRequest {
@@ -203,6 +204,12 @@ func TestEvaluate(t *testing.T) {
 		{name: "IPv4-mapped IPv6 spelling of the node's IP", req: testpki.Request{RawIPSANs: [][]byte{net.ParseIP("::ffff:192.0.2.11").To16()}}, want: policy.RuleIPSANNotInInventory},
 		{name: "another node's name", req: testpki.Request{DNSNames: []string{"worker-2"}}, want: policy.RuleDNSSANNotInInventory},
 		{name: "suffix of the node name", req: testpki.Request{DNSNames: []string{"worker-1.evil.com"}}, want: policy.RuleDNSSANNotInInventory},
+		// The backlog: only a node's newest request is a candidate, and the
+		// flood guard defers every request while too many nodes wait.
+		{name: "a newer request of the same node supersedes this one", req: testpki.Request{IPs: ips("192.0.2.11")}, backlog: policy.Backlog{Newer: "csr-newer"}, want: policy.RuleSuperseded, wantMsg: "csr-newer is pending too and newer"},
+		{name: "flood guard at the limit defers a valid request", req: testpki.Request{IPs: ips("192.0.2.11")}, backlog: policy.Backlog{PendingNodes: 3, MaxPending: 3}, want: policy.RuleFloodGuard, wantMsg: "the limit is 3", retry: true},
+		{name: "below the flood limit a valid request is approved", req: testpki.Request{IPs: ips("192.0.2.11")}, backlog: policy.Backlog{PendingNodes: 2, MaxPending: 3}, want: approve},
+		{name: "flood guard comes before every other rule", req: testpki.Request{IPs: ips("127.0.0.1")}, mutate: func(c *certv1.CertificateSigningRequest) { c.Spec.Username = "alice" }, backlog: policy.Backlog{PendingNodes: 5, MaxPending: 3}, want: policy.RuleFloodGuard, retry: true},
 		{name: "node missing from the inventory is retried", req: testpki.Request{Node: "worker-9", IPs: ips("192.0.2.19")}, want: policy.RuleNodeNotInInventory, retry: true},
 		{name: "IP outside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}, want: policy.RuleIPSANNotAllowed},
 		{name: "IP inside --allowed-cidrs", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, want: approve},
@@ -306,7 +313,7 @@ func TestEvaluate(t *testing.T) {
 			if tc.cfg != nil {
 				conf = *tc.cfg
 			}
-			d := policy.Evaluate(c, src, conf)
+			d := policy.Evaluate(c, src, conf, tc.backlog)
 			seen[d.Rule] = true
 			if d.Rule != tc.want || d.Approve != (tc.want == approve) {
 				t.Fatalf("decision %v/%s (%s), want %s", d.Approve, d.Rule, d.Message, tc.want)
@@ -323,7 +330,7 @@ func TestEvaluate(t *testing.T) {
 		})
 	}
 	for _, r := range policy.Rules {
-		if r != policy.RuleFloodGuard && r != policy.RuleSuperseded && !seen[r] {
+		if !seen[r] {
 			t.Errorf("no case refuses with %s", r)
 		}
 	}
