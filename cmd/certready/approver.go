@@ -37,9 +37,10 @@ func runApprover(ctx context.Context, args []string) int {
 	var profiling bool
 	var kf kubeFlags
 	host, _ := os.Hostname()
-	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. capi: run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses (README: Cluster API).")
+	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (capi: deprecated spelling of --cluster-api.)")
+	fs.BoolVar(&o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (README: Cluster API).")
 	var capiSelector string
-	fs.StringVar(&capiSelector, "capi-cluster-selector", "", "--inventory=capi: label selector of the Cluster objects to serve (empty: every Cluster).")
+	fs.StringVar(&capiSelector, "capi-cluster-selector", "", "--cluster-api: label selector of the Cluster objects to serve (empty: every Cluster).")
 	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
 	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
 	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own, never approved as SANs, not even to an API server host. Nothing is needed here for what the approver learns itself: the default/kubernetes Service and EndpointSlice, its own kubeconfig's host, kube-public/cluster-info and the SANs of the certificate the API server presents (approved only to a node labelled --apiserver-host-label, and only its own).")
@@ -126,7 +127,11 @@ func runApprover(ctx context.Context, args []string) int {
 	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod) {
 		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))
 	}
-	if err := checkInventoryMode(o.InventorySpec, capiSelector, o.SharedAddressesOK); err != nil {
+	if o.InventorySpec == "capi" {
+		fmt.Fprintln(os.Stderr, "certready approver: --inventory=capi is deprecated and will be removed: use --cluster-api")
+		o.InventorySpec, o.ClusterAPI = "node", true
+	}
+	if err := checkInventoryMode(o.InventorySpec, o.ClusterAPI, capiSelector, o.SharedAddressesOK); err != nil {
 		return fail(err)
 	}
 	o.ConditionType = corev1.NodeConditionType(condType)
@@ -143,7 +148,7 @@ func runApprover(ctx context.Context, args []string) int {
 	if o.RESTConfig, err = kf.config("certready-approver/" + version); err != nil {
 		return fail(err)
 	}
-	if o.InventorySpec == "capi" {
+	if o.ClusterAPI {
 		if o.CAPI.Selector, err = labels.Parse(capiSelector); err != nil {
 			return fail(fmt.Errorf("--capi-cluster-selector %q: %w", capiSelector, err))
 		}
@@ -193,14 +198,15 @@ func envOr(name, def string) string {
 }
 
 // checkInventoryMode refuses flags that would do nothing with the chosen
-// inventory, rather than let an operator believe they act.
-func checkInventoryMode(inventory, capiSelector string, sharedAddressesOK bool) error {
-	capi := inventory == "capi"
+// mode, rather than let an operator believe they act.
+func checkInventoryMode(inventory string, clusterAPI bool, capiSelector string, sharedAddressesOK bool) error {
 	switch {
-	case !capi && capiSelector != "":
-		return fmt.Errorf("--capi-cluster-selector needs --inventory=capi (it selects Cluster API workload clusters; --inventory is %q)", inventory)
-	case capi && sharedAddressesOK:
-		return fmt.Errorf("--allow-shared-addresses does nothing with --inventory=capi: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
+	case !clusterAPI && capiSelector != "":
+		return fmt.Errorf("--capi-cluster-selector needs --cluster-api (it selects Cluster API workload clusters)")
+	case clusterAPI && inventory != "node" && inventory != "":
+		return fmt.Errorf("--inventory=%s does nothing with --cluster-api: each workload cluster's CSRs are checked against its Machines; drop --inventory", inventory)
+	case clusterAPI && sharedAddressesOK:
+		return fmt.Errorf("--allow-shared-addresses does nothing with --cluster-api: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
 	}
 	return nil
 }

@@ -9,20 +9,23 @@ import (
 
 func TestInventoryModeRefusesFlagsThatWouldDoNothing(t *testing.T) {
 	for _, tc := range []struct {
-		name, inventory, selector string
-		shared                    bool
-		want                      string // "" when accepted
+		name, inventory string
+		clusterAPI      bool
+		selector        string
+		shared          bool
+		want            string // "" when accepted
 	}{
-		{"node inventory", "node", "", false, ""},
-		{"shared addresses with the node inventory", "node", "", true, ""},
-		{"capi with a selector", "capi", "env=prod", false, ""},
-		{"capi everything", "capi", "", false, ""},
-		{"a selector without capi", "node", "env=prod", false, `--capi-cluster-selector needs --inventory=capi (it selects Cluster API workload clusters; --inventory is "node")`},
-		{"a selector with a ConfigMap inventory", "configmap:kube-system/nodes", "env=prod", false, `--inventory is "configmap:kube-system/nodes"`},
-		{"shared addresses with capi", "capi", "", true, "--allow-shared-addresses does nothing with --inventory=capi"},
+		{"node inventory", "node", false, "", false, ""},
+		{"shared addresses with the node inventory", "node", false, "", true, ""},
+		{"Cluster API with a selector", "node", true, "env=prod", false, ""},
+		{"Cluster API, every cluster", "node", true, "", false, ""},
+		{"a selector without Cluster API", "node", false, "env=prod", false, "--capi-cluster-selector needs --cluster-api"},
+		{"a selector with a ConfigMap inventory", "configmap:kube-system/nodes", false, "env=prod", false, "--capi-cluster-selector needs --cluster-api"},
+		{"an inventory beside Cluster API", "file:/etc/inventory.yaml", true, "", false, "--inventory=file:/etc/inventory.yaml does nothing with --cluster-api"},
+		{"shared addresses with Cluster API", "node", true, "", true, "--allow-shared-addresses does nothing with --cluster-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkInventoryMode(tc.inventory, tc.selector, tc.shared)
+			err := checkInventoryMode(tc.inventory, tc.clusterAPI, tc.selector, tc.shared)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

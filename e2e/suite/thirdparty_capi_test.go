@@ -137,7 +137,7 @@ func countingListener(t *testing.T) (string, func() int) {
 	return ln.Addr().String(), func() int { return int(n.Load()) }
 }
 
-// capiApprover runs `certready approver --inventory=capi` on the host
+// capiApprover runs `certready approver --cluster-api` on the host
 // against the cluster, as the management cluster, and keeps its log.
 type capiApprover struct {
 	mu  sync.Mutex
@@ -168,7 +168,7 @@ func startCAPIApprover(t *testing.T, ctx context.Context, kubeconfig string, arg
 		t.Fatal("CERTREADY_BIN is not set; run the suite through make e2e or make e2e-kind")
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	cmd := exec.CommandContext(cctx, bin, append([]string{"approver", "--inventory=capi", "--kubeconfig=" + kubeconfig,
+	cmd := exec.CommandContext(cctx, bin, append([]string{"approver", "--cluster-api", "--kubeconfig=" + kubeconfig,
 		"--metrics-addr=", "--health-addr=", "--leader-elect-identity=e2e-capi", "--v=2"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -43,13 +43,16 @@ import (
 // Options configure the approver process.
 type Options struct {
 	Controller controller.Config // Inventory is built from InventorySpec
-	// InventorySpec: "node", "configmap:<namespace>/<name>", "file:<path>",
-	// or "capi": the management-cluster mode (package capi), which serves
-	// every selected Cluster API workload cluster instead of this one.
+	// InventorySpec is what inventory.FromSpec reads: "node",
+	// "configmap:<namespace>/<name>" or "file:<path>".
 	InventorySpec string
-	// CAPI configures the "capi" mode (Dynamic reads Clusters and Machines).
-	CAPI    capi.Config
-	Dynamic dynamic.Interface
+	// ClusterAPI is the management-cluster mode (package capi): it serves
+	// every selected Cluster API workload cluster, each against its
+	// Machines, instead of this cluster. CAPI configures it (Dynamic
+	// reads Clusters and Machines).
+	ClusterAPI bool
+	CAPI       capi.Config
+	Dynamic    dynamic.Interface
 	// RESTConfig is the approver's own connection (nil in tests): the
 	// API server's certificate is read through it.
 	RESTConfig *rest.Config
@@ -107,7 +110,7 @@ var ErrLostLease = errors.New("lost the leader Lease")
 
 // Run runs the approver until ctx ends or the Lease is lost.
 func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
-	if o.InventorySpec == "capi" {
+	if o.ClusterAPI {
 		return runCAPI(ctx, client, reg, ready, o)
 	}
 	logger := klog.FromContext(ctx)
@@ -153,7 +156,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if o.SharedAddressesOK {
 		addressIndex = nil
 	}
-	inv, startInventory, err := buildInventory(client, o.InventorySpec, inventory.Nodes{
+	inv, watch, err := inventory.FromSpec(client, o.InventorySpec, inventory.Nodes{
 		Lister: nodeInformer.Lister(), Indexer: addressIndex, NamesIndexer: nodeInformer.Informer().GetIndexer(),
 		Count: func() int { return int(nodeCount.Load()) },
 	})
@@ -260,7 +263,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	}
 
 	var healthy prometheus.Gauge
-	if startInventory != nil {
+	if watch != nil {
 		healthy = prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_approver_inventory_healthy",
 			Help: "1 while the last load of the desired-state inventory (file or ConfigMap) succeeded; 0 while it is missing, deleted or broken and the last good one is in use.",
@@ -268,7 +271,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		if err := reg.Register(healthy); err != nil {
 			return err
 		}
-		if strings.HasPrefix(o.InventorySpec, "file:") {
+		if watch.LoadedAtStart {
 			healthy.Set(1) // loaded at start-up, or the process stopped there
 		}
 	}
@@ -286,8 +289,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		if !cache.WaitForCacheSync(ctx.Done(), syncedFuncs...) {
 			return // ctx ended
 		}
-		if startInventory != nil {
-			go startInventory(ctx, func(err error) {
+		if watch != nil {
+			go watch.Run(ctx, func(err error) {
 				if err != nil {
 					healthy.Set(0)
 					return
@@ -329,10 +332,10 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 // not its business.
 func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
 	if o.Dynamic == nil {
-		return fmt.Errorf("--inventory=capi needs a dynamic client")
+		return fmt.Errorf("--cluster-api needs a dynamic client")
 	}
 	if o.RemoveStartupTaint.Key != "" {
-		return fmt.Errorf("--inventory=capi serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
+		return fmt.Errorf("--cluster-api serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
 	}
 	recorder, stopEvents := eventRecorder(ctx, client, o)
 	defer stopEvents()
@@ -422,44 +425,4 @@ func servesServiceCIDRs(client kubernetes.Interface) bool {
 		}
 	}
 	return false
-}
-
-// buildInventory returns the source and, for watched sources, a function
-// that keeps it current and calls changed after each reload (with the
-// reload's error: the previous inventory is then kept).
-func buildInventory(client kubernetes.Interface, spec string, nodes inventory.Nodes) (inventory.Source, func(context.Context, func(error)), error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch kind {
-	case "", "node":
-		if arg != "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
-		}
-		return nodes, nil, nil
-	case "file":
-		if arg == "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: want file:<path>", spec)
-		}
-		m, err := inventory.LoadFile(arg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--inventory=%s: %w", spec, err)
-		}
-		src := inventory.NewStatic("file "+arg, m)
-		return src, func(ctx context.Context, changed func(error)) {
-			if err := inventory.WatchFile(ctx, arg, src, changed); err != nil {
-				// Never a silent freeze: without file events, poll.
-				klog.FromContext(ctx).Error(err, "Cannot watch the inventory file; polling it every 10s instead", "file", arg)
-				inventory.PollFile(ctx, arg, src, 10*time.Second, changed)
-			}
-		}, nil
-	case "configmap":
-		ns, name, ok := strings.Cut(arg, "/")
-		if !ok || ns == "" || name == "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: want configmap:<namespace>/<name>", spec)
-		}
-		src := inventory.NewStatic("ConfigMap "+arg, map[string]inventory.Entry{})
-		return src, func(ctx context.Context, changed func(error)) {
-			inventory.WatchConfigMap(ctx, client, ns, name, src, changed)
-		}, nil
-	}
-	return nil, nil, fmt.Errorf("--inventory=%s: want node, configmap:<namespace>/<name> or file:<path>", spec)
 }
