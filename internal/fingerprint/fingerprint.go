@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"fmt"
 )
 
 // SHA256 is the SHA-256 digest of a certificate's DER bytes.
@@ -29,3 +30,14 @@ func (f SHA256) String() string { return hex.EncodeToString(f[:]) }
 // Short is the first 16 hex digits: enough to tell certificates apart in a
 // condition message or a log line.
 func (f SHA256) Short() string { return f.String()[:16] }
+
+// Parse reads the full hex digest String writes.
+func Parse(s string) (SHA256, error) {
+	var f SHA256
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(f) {
+		return SHA256{}, fmt.Errorf("fingerprint %q: want %d hex digits", s, 2*len(f))
+	}
+	copy(f[:], b)
+	return f, nil
+}

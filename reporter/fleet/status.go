@@ -29,10 +29,12 @@ type NodeStatus struct {
 	// Since is the last transition, Heartbeat the agent's last write.
 	Since     *time.Time `json:"since,omitempty"`
 	Heartbeat *time.Time `json:"heartbeat,omitempty"`
-	// NotAfter and CSR are the installed certificate's expiry and the CSR
-	// that issued it, as the agent reported them (Ready nodes only).
-	NotAfter *time.Time `json:"notAfter,omitempty"`
-	CSR      string     `json:"csr,omitempty"`
+	// NotAfter, CSR and Fingerprint are the installed certificate's
+	// expiry, the CSR that issued it and its full SHA-256, as the agent
+	// reported them (Ready nodes only; verdict.Facts).
+	NotAfter    *time.Time `json:"notAfter,omitempty"`
+	CSR         string     `json:"csr,omitempty"`
+	Fingerprint string     `json:"fingerprint,omitempty"`
 	// Tainted: the node carries the readiness taint.
 	Tainted bool `json:"tainted"`
 	// Completed names who marked the node's bootstrap complete: NRC rules
@@ -70,8 +72,8 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 			since, beat := c.LastTransitionTime.Time, c.LastHeartbeatTime.Time
 			s.Status, s.Reason, s.Message, s.Since, s.Heartbeat = c.Status, c.Reason, c.Message, &since, &beat
 			if c.Status == corev1.ConditionFalse {
-				if notAfter, csr := verdict.ParseReady(c.Message); !notAfter.IsZero() {
-					s.NotAfter, s.CSR = &notAfter, csr
+				if f, ok := verdict.ParseFacts(c.Message); ok {
+					s.NotAfter, s.CSR, s.Fingerprint = &f.NotAfter, f.CSR, f.Fingerprint.String()
 				}
 			}
 		}

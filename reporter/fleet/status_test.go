@@ -8,7 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/fleet"
 )
 
@@ -28,7 +30,8 @@ func TestStatusOnFixtures(t *testing.T) {
 		}
 		return n
 	}
-	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250"
+	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250" +
+		verdict.Facts{NotAfter: time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC), CSR: "csr-w1", Fingerprint: fingerprint.SHA256{0x01, 0x23}}.String()
 	ready := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Minute)
 	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
 	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Hour)
@@ -72,6 +75,9 @@ func TestStatusOnFixtures(t *testing.T) {
 	}
 	if na := byNode["w1"].NotAfter; na == nil || !na.Equal(time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("w1 expiry %v", na)
+	}
+	if fp := byNode["w1"].Fingerprint; fp != (fingerprint.SHA256{0x01, 0x23}).String() {
+		t.Errorf("w1 fingerprint %q", fp)
 	}
 	if p := fleet.Problems(rows); len(p) != 4 {
 		t.Errorf("%d problems, want 4", len(p))

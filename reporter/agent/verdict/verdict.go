@@ -163,9 +163,10 @@ func NeedsEndpoint(in Input) bool {
 }
 
 type evaluation struct {
-	in      Input
-	results []Result
-	proof   string
+	in       Input
+	results  []Result
+	proof    string
+	provedBy string // the CSR that issued the certificate, when one proved it
 }
 
 func (e *evaluation) pass(c Check) { e.results = append(e.results, Result{Check: c, Passed: true}) }
@@ -308,9 +309,10 @@ func (e *evaluation) csr() (Verdict, bool) {
 	leaf := in.File.Leaf
 	switch {
 	case ev.Match.State == csrmatch.Issued:
-		e.proof = "issued by " + ev.Match.Describe()
+		e.proof, e.provedBy = "issued by "+ev.Match.Describe(), ev.Match.Name
 	case ev.Remembered != nil:
 		e.proof = fmt.Sprintf("issued by CSR %s, verified earlier by this agent (since garbage-collected)", ev.Remembered.Name)
+		e.provedBy = ev.Remembered.Name
 	case ev.Retention > 0 && in.ValidityTime().Sub(leaf.NotBefore) > ev.Retention:
 		e.proof = fmt.Sprintf("no CSR left; certificate signed by the cluster CA for %s is older than the %s CSR retention", leaf.Subject.CommonName, ev.Retention)
 	default:
@@ -357,7 +359,8 @@ func (e *evaluation) endpoint() Verdict {
 				Status: corev1.ConditionFalse,
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
-					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr),
+					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) +
+					Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint}.String(),
 				Results: e.results,
 				Proof:   e.proof,
 			}

@@ -441,9 +441,9 @@ func TestNeedsEndpoint(t *testing.T) {
 	}
 }
 
-// The fleet view reads the expiry and the CSR back from Ready messages as
-// Evaluate writes them, for every kind of proof.
-func TestParseReadyReadsWhatEvaluateWrites(t *testing.T) {
+// The fleet view reads the expiry, the CSR and the fingerprint back from
+// Ready messages as Evaluate writes them, for every kind of proof.
+func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {
 		name    string
@@ -463,13 +463,42 @@ func TestParseReadyReadsWhatEvaluateWrites(t *testing.T) {
 			if v.Reason != verdict.Ready {
 				t.Fatalf("verdict %s: %s", v.Reason, v.Message)
 			}
-			notAfter, csr := verdict.ParseReady(v.Message)
-			if !notAfter.Equal(f.good.Cert.NotAfter.Truncate(time.Second)) || csr != tc.wantCSR {
-				t.Errorf("ParseReady(%q) = %s, %q; want %s, %q", v.Message, notAfter, csr, f.good.Cert.NotAfter, tc.wantCSR)
+			facts, ok := verdict.ParseFacts(v.Message)
+			want := verdict.Facts{NotAfter: f.good.Cert.NotAfter.Truncate(time.Second), CSR: tc.wantCSR, Fingerprint: in.File.Fingerprint}
+			if !ok || !facts.NotAfter.Equal(want.NotAfter) || facts.CSR != want.CSR || facts.Fingerprint != want.Fingerprint {
+				t.Errorf("ParseFacts(%q) = %+v, %v; want %+v", v.Message, facts, ok, want)
 			}
 		})
 	}
-	if na, csr := verdict.ParseReady("CSR csr-x pending approval since 2026-12-01T00:00:00Z"); !na.IsZero() || csr != "" {
-		t.Errorf("a non-Ready message parsed as %s, %q", na, csr)
+}
+
+func TestFactsRoundTrip(t *testing.T) {
+	fp := fingerprint.SHA256{0xab, 0xcd, 31: 0xef}
+	at := time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, f := range []verdict.Facts{
+		{NotAfter: at, CSR: "csr-abc12", Fingerprint: fp},
+		{NotAfter: at, Fingerprint: fp},
+		{NotAfter: at, CSR: "node-csr.with.dots-1", Fingerprint: fp},
+	} {
+		// Whatever prose comes before the trailer, brackets included.
+		for _, prose := range []string{"", "serving certificate abcd valid until then, issued by CSR x [not facts]; presented on [2001:db8::1]:10250"} {
+			got, ok := verdict.ParseFacts(prose + f.String())
+			if !ok || !got.NotAfter.Equal(f.NotAfter) || got.CSR != f.CSR || got.Fingerprint != f.Fingerprint {
+				t.Errorf("ParseFacts(%q) = %+v, %v; want %+v", prose+f.String(), got, ok, f)
+			}
+		}
+	}
+	for _, msg := range []string{
+		"CSR csr-x pending approval since 2026-12-01T00:00:00Z",
+		"serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1; presented on 192.0.2.11:10250",
+		" [notAfter=2027-12-01T12:00:00Z csr=c]",                              // no fingerprint
+		" [notAfter=yesterday sha256=" + fp.String() + "]",                    // not a time
+		" [notAfter=2027-12-01T12:00:00Z sha256=abcd]",                        // a short fingerprint
+		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " owner=x]", // an unknown fact
+		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + "] trailing",
+	} {
+		if got, ok := verdict.ParseFacts(msg); ok {
+			t.Errorf("ParseFacts(%q) = %+v, want none", msg, got)
+		}
 	}
 }
