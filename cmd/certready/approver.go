@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
@@ -27,114 +28,126 @@ import (
 	"github.com/certready/certready/reporter/approver/taint"
 )
 
-func runApprover(ctx context.Context, args []string) int {
-	fs := newFlagSet("approver", "Approve kubelet-serving CSRs that prove their node's identity; leave every other one\n"+
-		"pending with a Warning event naming the failed rule (or deny it with --deny-on-mismatch).\n"+
-		"Runs leader-elected: only the replica holding the Lease writes.")
-	var o approver.Options
-	var allowed, denied, apiIPs []string
-	var condType, metricsAddr, healthAddr string
-	var profiling bool
-	var kf kubeFlags
+// approverFlags are the approver's command line: the options it sets
+// directly and the values that need parsing first.
+type approverFlags struct {
+	o                                     approver.Options
+	allowed, denied, apiIPs               []string
+	condType, metricsAddr, healthAddr     string
+	capiSelector, startupTaint, softTaint string
+	kubeletCA, addrTypes                  string
+	profiling                             bool
+	prover                                taint.Prover
+	kf                                    kubeFlags
+}
+
+func (f *approverFlags) add(fs *pflag.FlagSet) {
 	host, _ := os.Hostname()
-	fs.StringVar(&o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (capi: deprecated spelling of --cluster-api.)")
-	fs.BoolVar(&o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (README: Cluster API).")
-	var capiSelector string
-	fs.StringVar(&capiSelector, "capi-cluster-selector", "", "--cluster-api: label selector of the Cluster objects to serve (empty: every Cluster).")
-	fs.StringSliceVar(&allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
-	fs.StringSliceVar(&denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
-	fs.StringSliceVar(&apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own, never approved as SANs, not even to an API server host. Nothing is needed here for what the approver learns itself: the default/kubernetes Service and EndpointSlice, its own kubeconfig's host, kube-public/cluster-info and the SANs of the certificate the API server presents (approved only to a node labelled --apiserver-host-label, and only its own).")
-	fs.StringVar(&o.APIServerHostLabel, "apiserver-host-label", approver.DefaultAPIServerHostLabel, "Label (key) of the Nodes that host an API server: on kubeadm and kind the API server listens on its control-plane node's address, and only such a node may have that address in its serving certificate. Must be one kubelets cannot set on themselves (node-role.kubernetes.io/ or node-restriction.kubernetes.io/). Empty: no node may.")
-	fs.StringSliceVar(&o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "DNS names that are no node's own, never approved as SANs. The API server's names that it presents or that its clients use are learned without this; kubernetes, kubernetes.default* and *.svc* are always refused.")
-	fs.BoolVar(&o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
-	fs.DurationVar(&o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
-	fs.IntVar(&o.Controller.Policy.MaxSANs, "max-sans", policy.DefaultMaxSANs, "Most DNS and IP SANs in one request (TooManySANs above it). A kubelet asks for its host name and the addresses in its Node status.")
-	fs.IntVar(&o.Controller.Policy.MaxRequestBytes, "max-request-bytes", policy.DefaultMaxRequestBytes, "Largest spec.request in bytes; a larger one is dropped before it is cached and refused unread (RequestTooLarge). A kubelet's request is about 500 bytes.")
-	fs.IntVar(&o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many distinct nodes have a kubelet-serving CSR pending (a node's older requests are superseded by its newest and count once). 0: number of inventory nodes + 100.")
-	fs.BoolVar(&o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
-	fs.IntVar(&o.Controller.Workers, "workers", 64, "Concurrent CSR workers: each waits on one API write at a time, so throughput is about workers / write latency (64 keeps pace with a 5000-node scale-up on a loaded API server; idle workers cost nothing).")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
-	fs.StringVar(&o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
-	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
-	fs.StringVar(&o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name). A random suffix is added per process, so a restarted container never mistakes the Lease of its crashed predecessor for its own.")
-	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
-	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
-	var startupTaint string
-	fs.StringVar(&startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
-	var softTaint string
-	fs.StringVar(&softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
-	fs.DurationVar(&o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
-	var prover taint.Prover
-	var kubeletCA, addrTypes string
-	fs.StringVar(&kubeletCA, "kubelet-ca-file", serviceAccountCA, "Taint fallback: PEM bundle of the CA that signs kubelet serving certificates (the API server's --kubelet-certificate-authority). Before lifting a taint the approver dials the node's kubelet and verifies what it serves against it.")
-	fs.StringVar(&addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "Taint fallback: the API server's --kubelet-preferred-address-types; the node's first address of these types is dialled and must be in the certificate.")
-	fs.IntVar(&prover.Port, "kubelet-port", 0, "Taint fallback: the kubelet port to dial. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
-	fs.DurationVar(&prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
-	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
-	fs.StringVar(&metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
-	fs.StringVar(&healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
-	fs.BoolVar(&profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr (the bench reads the heap through it).")
+	fs.StringVar(&f.o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (capi: deprecated spelling of --cluster-api.)")
+	fs.BoolVar(&f.o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (README: Cluster API).")
+	fs.StringVar(&f.capiSelector, "capi-cluster-selector", "", "--cluster-api: label selector of the Cluster objects to serve (empty: every Cluster).")
+	fs.StringSliceVar(&f.allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
+	fs.StringSliceVar(&f.denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
+	fs.StringSliceVar(&f.apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own, never approved as SANs, not even to an API server host. Nothing is needed here for what the approver learns itself: the default/kubernetes Service and EndpointSlice, its own kubeconfig's host, kube-public/cluster-info and the SANs of the certificate the API server presents (approved only to a node labelled --apiserver-host-label, and only its own).")
+	fs.StringVar(&f.o.APIServerHostLabel, "apiserver-host-label", approver.DefaultAPIServerHostLabel, "Label (key) of the Nodes that host an API server: on kubeadm and kind the API server listens on its control-plane node's address, and only such a node may have that address in its serving certificate. Must be one kubelets cannot set on themselves (node-role.kubernetes.io/ or node-restriction.kubernetes.io/). Empty: no node may.")
+	fs.StringSliceVar(&f.o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "DNS names that are no node's own, never approved as SANs. The API server's names that it presents or that its clients use are learned without this; kubernetes, kubernetes.default* and *.svc* are always refused.")
+	fs.BoolVar(&f.o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
+	fs.DurationVar(&f.o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
+	fs.IntVar(&f.o.Controller.Policy.MaxSANs, "max-sans", policy.DefaultMaxSANs, "Most DNS and IP SANs in one request (TooManySANs above it). A kubelet asks for its host name and the addresses in its Node status.")
+	fs.IntVar(&f.o.Controller.Policy.MaxRequestBytes, "max-request-bytes", policy.DefaultMaxRequestBytes, "Largest spec.request in bytes; a larger one is dropped before it is cached and refused unread (RequestTooLarge). A kubelet's request is about 500 bytes.")
+	fs.IntVar(&f.o.Controller.MaxPending, "max-pending", 0, "Flood guard: approve nothing while this many distinct nodes have a kubelet-serving CSR pending (a node's older requests are superseded by its newest and count once). 0: number of inventory nodes + 100.")
+	fs.BoolVar(&f.o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
+	fs.IntVar(&f.o.Controller.Workers, "workers", 64, "Concurrent CSR workers: each waits on one API write at a time, so throughput is about workers / write latency (64 keeps pace with a 5000-node scale-up on a loaded API server; idle workers cost nothing).")
+	fs.BoolVar(&f.o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
+	fs.StringVar(&f.o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
+	fs.StringVar(&f.o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
+	fs.StringVar(&f.o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name). A random suffix is added per process, so a restarted container never mistakes the Lease of its crashed predecessor for its own.")
+	fs.DurationVar(&f.o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
+	fs.DurationVar(&f.o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
+	fs.DurationVar(&f.o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
+	fs.StringVar(&f.startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
+	fs.StringVar(&f.softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
+	fs.DurationVar(&f.o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
+	fs.StringVar(&f.kubeletCA, "kubelet-ca-file", serviceAccountCA, "Taint fallback: PEM bundle of the CA that signs kubelet serving certificates (the API server's --kubelet-certificate-authority). Before lifting a taint the approver dials the node's kubelet and verifies what it serves against it.")
+	fs.StringVar(&f.addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "Taint fallback: the API server's --kubelet-preferred-address-types; the node's first address of these types is dialled and must be in the certificate.")
+	fs.IntVar(&f.prover.Port, "kubelet-port", 0, "Taint fallback: the kubelet port to dial. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
+	fs.DurationVar(&f.prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
+	fs.StringVar(&f.condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
+	fs.StringVar(&f.healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
+	fs.BoolVar(&f.profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr (the bench reads the heap through it).")
 	// Sized so that the approver keeps pace with a fleet scale-up (one write
 	// per approved CSR: 500/s is above the creation rate a 2-core API server
 	// sustains); API Priority and Fairness (the shipped FlowSchema) is the
 	// server-side bound.
-	kf.add(fs, 500, 1000)
+	f.kf.add(fs, 500, 1000)
+}
+
+// options parses and validates the flags into the approver's Options.
+func (f *approverFlags) options() (approver.Options, error) {
+	var err error
+	if f.startupTaint != "" {
+		if f.o.RemoveStartupTaint, err = taint.ParseTaint(f.startupTaint); err != nil {
+			return approver.Options{}, fmt.Errorf("--remove-startup-taint: %w", err)
+		}
+	}
+	if f.o.RemoveStartupTaint.Key != "" {
+		if f.prover.Roots, err = certfile.LoadCA(f.kubeletCA); err != nil {
+			return approver.Options{}, fmt.Errorf("--kubelet-ca-file (the taint fallback proves each node's serving certificate before lifting its taint): %w", err)
+		}
+		if f.prover.AddressTypes, err = observe.ParseAddressTypes(f.addrTypes); err != nil {
+			return approver.Options{}, fmt.Errorf("--kubelet-preferred-address-types: %w", err)
+		}
+		f.o.Prover = &f.prover
+	}
+	if f.softTaint != "" {
+		if f.o.SoftTaint, err = taint.ParseTaint(f.softTaint); err != nil {
+			return approver.Options{}, fmt.Errorf("--soft-taint: %w", err)
+		}
+	}
+	if f.o.Controller.Policy.AllowedCIDRs, err = prefixes("allowed-cidrs", f.allowed); err != nil {
+		return approver.Options{}, err
+	}
+	if f.o.Controller.Policy.DenyCIDRs, err = prefixes("deny-cidrs", f.denied); err != nil {
+		return approver.Options{}, err
+	}
+	for _, s := range f.apiIPs {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return approver.Options{}, fmt.Errorf("--apiserver-ips: %q is not an IP address", s)
+		}
+		f.o.Controller.Policy.DenyIPs = append(f.o.Controller.Policy.DenyIPs, ip)
+	}
+	if f.o.InventorySpec == "capi" {
+		fmt.Fprintln(os.Stderr, "certready approver: --inventory=capi is deprecated and will be removed: use --cluster-api")
+		f.o.InventorySpec, f.o.ClusterAPI = "node", true
+	}
+	if f.o.CAPI.Selector, err = labels.Parse(f.capiSelector); err != nil {
+		return approver.Options{}, fmt.Errorf("--capi-cluster-selector %q: %w", f.capiSelector, err)
+	}
+	if err := f.o.Validate(); err != nil {
+		return approver.Options{}, err
+	}
+	f.o.ConditionType = corev1.NodeConditionType(f.condType)
+	return f.o, nil
+}
+
+func runApprover(ctx context.Context, args []string) int {
+	fs := newFlagSet("approver", "Approve kubelet-serving CSRs that prove their node's identity; leave every other one\n"+
+		"pending with a Warning event naming the failed rule (or deny it with --deny-on-mismatch).\n"+
+		"Runs leader-elected: only the replica holding the Lease writes.")
+	var f approverFlags
+	f.add(fs)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code
 	}
 	fail := func(err error) int { fmt.Fprintf(os.Stderr, "certready approver: %v\n", err); return 2 }
-	var err error
-	if startupTaint != "" {
-		if o.RemoveStartupTaint, err = taint.ParseTaint(startupTaint); err != nil {
-			return fail(fmt.Errorf("--remove-startup-taint: %w", err))
-		}
-	}
-	if o.RemoveStartupTaint.Key != "" {
-		if prover.Roots, err = certfile.LoadCA(kubeletCA); err != nil {
-			return fail(fmt.Errorf("--kubelet-ca-file (the taint fallback proves each node's serving certificate before lifting its taint): %w", err))
-		}
-		if prover.AddressTypes, err = observe.ParseAddressTypes(addrTypes); err != nil {
-			return fail(fmt.Errorf("--kubelet-preferred-address-types: %w", err))
-		}
-		o.Prover = &prover
-	}
-	if softTaint != "" {
-		if o.RemoveStartupTaint.Key == "" {
-			return fail(fmt.Errorf("--soft-taint needs the taint fallback (--remove-startup-taint)"))
-		}
-		if o.SoftTaint, err = taint.ParseTaint(softTaint); err != nil {
-			return fail(fmt.Errorf("--soft-taint: %w", err))
-		}
-	}
-	if o.Controller.Policy.AllowedCIDRs, err = prefixes("allowed-cidrs", allowed); err != nil {
+	o, err := f.options()
+	if err != nil {
 		return fail(err)
 	}
-	if o.Controller.Policy.DenyCIDRs, err = prefixes("deny-cidrs", denied); err != nil {
-		return fail(err)
-	}
-	for _, s := range apiIPs {
-		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			return fail(fmt.Errorf("--apiserver-ips: %q is not an IP address", s))
-		}
-		o.Controller.Policy.DenyIPs = append(o.Controller.Policy.DenyIPs, ip)
-	}
-	if err := approver.ValidateAPIServerHostLabel(o.APIServerHostLabel); err != nil {
-		return fail(fmt.Errorf("--apiserver-host-label: %w", err))
-	}
-	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod) {
-		return fail(fmt.Errorf("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"))
-	}
-	if o.InventorySpec == "capi" {
-		fmt.Fprintln(os.Stderr, "certready approver: --inventory=capi is deprecated and will be removed: use --cluster-api")
-		o.InventorySpec, o.ClusterAPI = "node", true
-	}
-	if err := checkInventoryMode(o.InventorySpec, o.ClusterAPI, capiSelector, o.SharedAddressesOK); err != nil {
-		return fail(err)
-	}
-	o.ConditionType = corev1.NodeConditionType(condType)
+	kf := f.kf
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
 		return fail(err)
@@ -149,9 +162,6 @@ func runApprover(ctx context.Context, args []string) int {
 		return fail(err)
 	}
 	if o.ClusterAPI {
-		if o.CAPI.Selector, err = labels.Parse(capiSelector); err != nil {
-			return fail(fmt.Errorf("--capi-cluster-selector %q: %w", capiSelector, err))
-		}
 		cfg, err := kf.config("certready-approver/" + version)
 		if err != nil {
 			return fail(err)
@@ -173,7 +183,7 @@ func runApprover(ctx context.Context, args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := httpserve.NewReadiness("caches not synced")
-	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, profiling, func(ctx context.Context) error {
+	return serveAndRun(ctx, reg, ready, f.metricsAddr, f.healthAddr, f.profiling, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)
 	})
 }
@@ -195,18 +205,4 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// checkInventoryMode refuses flags that would do nothing with the chosen
-// mode, rather than let an operator believe they act.
-func checkInventoryMode(inventory string, clusterAPI bool, capiSelector string, sharedAddressesOK bool) error {
-	switch {
-	case !clusterAPI && capiSelector != "":
-		return fmt.Errorf("--capi-cluster-selector needs --cluster-api (it selects Cluster API workload clusters)")
-	case clusterAPI && inventory != "node" && inventory != "":
-		return fmt.Errorf("--inventory=%s does nothing with --cluster-api: each workload cluster's CSRs are checked against its Machines; drop --inventory", inventory)
-	case clusterAPI && sharedAddressesOK:
-		return fmt.Errorf("--allow-shared-addresses does nothing with --cluster-api: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
-	}
-	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -104,6 +105,30 @@ func ValidateAPIServerHostLabel(key string) error {
 	return fmt.Errorf("label %q can be set by a kubelet on its own Node; use one under node-role.kubernetes.io/ or node-restriction.kubernetes.io/ (NodeRestriction keeps kubelets from setting those), or empty for none", key)
 }
 
+// Validate refuses options that contradict each other or would do nothing,
+// naming the flags concerned, rather than let an operator believe they act.
+func (o Options) Validate() error {
+	if err := ValidateAPIServerHostLabel(o.APIServerHostLabel); err != nil {
+		return fmt.Errorf("--apiserver-host-label: %w", err)
+	}
+	selects := o.CAPI.Selector != nil && !o.CAPI.Selector.Empty()
+	switch {
+	case o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod):
+		return errors.New("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period")
+	case o.SoftTaint.Key != "" && o.RemoveStartupTaint.Key == "":
+		return errors.New("--soft-taint needs the taint fallback (--remove-startup-taint)")
+	case !o.ClusterAPI && selects:
+		return errors.New("--capi-cluster-selector needs --cluster-api (it selects Cluster API workload clusters)")
+	case o.ClusterAPI && o.InventorySpec != "node" && o.InventorySpec != "":
+		return fmt.Errorf("--inventory=%s does nothing with --cluster-api: each workload cluster's CSRs are checked against its Machines; drop --inventory", o.InventorySpec)
+	case o.ClusterAPI && o.SharedAddressesOK:
+		return errors.New("--allow-shared-addresses does nothing with --cluster-api: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
+	case o.ClusterAPI && o.RemoveStartupTaint.Key != "":
+		return errors.New("--cluster-api serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
+	}
+	return nil
+}
+
 // ErrLostLease is returned when another replica took the Lease: the process
 // exits and restarts as a clean standby.
 var ErrLostLease = errors.New("lost the leader Lease")
@@ -113,95 +138,207 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if o.ClusterAPI {
 		return runCAPI(ctx, client, reg, ready, o)
 	}
-	logger := klog.FromContext(ctx)
-	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
-	}))
-	nodeFactory := informers.NewSharedInformerFactory(client, 0)
-	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
-	nodeInformer := nodeFactory.Core().V1().Nodes()
-	// Cached is only what the policy, the flood guard and the taint
-	// fallback read: bounded memory per node whatever the kubelets report.
-	// A request over the bound is dropped before it is cached (and then
-	// refused unread, RequestTooLarge): a flood of huge CSRs costs a
-	// transient decode each, not memory for as long as they are pending.
-	// The issued certificates' fingerprints are kept for the taint
-	// fallback's proof before the certificates are dropped.
-	issued := taint.NewIssuedIndex()
-	if err := csrInformer.SetTransform(issued.Transform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()}))); err != nil {
-		return err
-	}
-	if _, err := csrInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: issued.Forget}); err != nil {
-		return err
-	}
-	if err := nodeInformer.Informer().SetTransform(trim.Node(o.ConditionType)); err != nil {
-		return err
-	}
-	// How many Nodes there are, kept by their events: the flood guard's
-	// default reads it on every decision, and a count must not be a scan.
-	var nodeCount atomic.Int64
-	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { nodeCount.Add(1) },
-		DeleteFunc: func(any) { nodeCount.Add(-1) },
-	}); err != nil {
-		return err
-	}
-
-	if err := nodeInformer.Informer().AddIndexers(inventory.AddressIndexers); err != nil {
-		return err
-	}
-	// Without the address index, no address counts as claimed by another
-	// node (--allow-shared-addresses).
-	addressIndex := nodeInformer.Informer().GetIndexer()
-	if o.SharedAddressesOK {
-		addressIndex = nil
-	}
-	inv, watch, err := inventory.FromSpec(client, o.InventorySpec, inventory.Nodes{
-		Lister: nodeInformer.Lister(), Indexer: addressIndex, NamesIndexer: nodeInformer.Informer().GetIndexer(),
-		Count: func() int { return int(nodeCount.Load()) },
-	})
+	c, err := newCaches(client, o)
 	if err != nil {
 		return err
 	}
-	o.Controller.Inventory = inv
-	// The API server's own names and addresses are never approved but to
-	// a node that hosts it, and only its own; a change re-evaluates the
-	// pending CSRs.
 	var ctrl *controller.Controller
 	enqueueAll := func() {
 		if ctrl != nil {
 			ctrl.EnqueueAll()
 		}
 	}
-	identity, err := apiserver.New(apiserver.Config{Client: client, REST: o.RESTConfig, OnChange: enqueueAll})
+	ev, err := gatherEvidence(ctx, client, c, &o, enqueueAll)
 	if err != nil {
 		return err
 	}
+	recorder, stopEvents := eventRecorder(ctx, client, o)
+	defer stopEvents()
+	if ctrl, err = controller.New(o.Controller, client, c.csr, recorder, reg); err != nil {
+		return err
+	}
+	if err := reevaluateOnNodeChanges(c.node.Informer(), ctrl, ev.hosts, o.APIServerHostLabel); err != nil {
+		return err
+	}
+	remover, err := newRemover(client, c, o, recorder)
+	if err != nil {
+		return err
+	}
+	healthy, err := inventoryHealth(reg, ev.watch)
+	if err != nil {
+		return err
+	}
+
+	c.csrFactory.Start(ctx.Done())
+	c.nodeFactory.Start(ctx.Done())
+	ev.identity.Start(ctx)
+	defer c.csrFactory.Shutdown()
+	defer c.nodeFactory.Shutdown()
+	// The caches sync while this replica stands for election: a replica
+	// that starts when the Lease is free (a rolling update, a crash after
+	// the Lease expired) leads at once, and decides as soon as its caches
+	// hold every pending CSR and Node.
+	synced := make(chan struct{})
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+			return // ctx ended
+		}
+		if ev.watch != nil {
+			go ev.watch.Run(ctx, func(err error) {
+				if err != nil {
+					healthy.Set(0)
+					return
+				}
+				healthy.Set(1)
+				ctrl.EnqueueAll()
+			})
+		}
+		ready.Set(true, "")
+		api := ev.identity.Current()
+		klog.FromContext(ctx).Info("Approver caches synced", "inventory", o.Controller.Inventory.Describe(), "apiserverAddresses", ev.identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+		close(synced)
+	}()
+	return elect(ctx, client, o, func(lctx context.Context) {
+		select {
+		case <-synced:
+		case <-lctx.Done():
+			return
+		}
+		lead(lctx, ctrl, remover)
+	})
+}
+
+// lead runs the leader's work, the controller and the taint fallback
+// (when on), until lctx ends.
+func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover) {
+	done := make(chan error, 2)
+	go func() { done <- ctrl.Run(lctx) }()
+	n := 1
+	if remover != nil {
+		n++
+		go func() { done <- remover.Run(lctx) }()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-done; err != nil {
+			klog.FromContext(lctx).Error(err, "Leader work stopped")
+		}
+	}
+}
+
+// caches are the approver's informers, holding only what the policy, the
+// flood guard and the taint fallback read: bounded memory per node
+// whatever the kubelets report.
+type caches struct {
+	csrFactory, nodeFactory informers.SharedInformerFactory
+	csr                     cache.SharedIndexInformer
+	node                    coreinformers.NodeInformer
+	// issued keeps the issued certificates' fingerprints for the taint
+	// fallback's proof before the certificates are dropped.
+	issued *taint.IssuedIndex
+	// nodeCount is kept by the Nodes' events: the flood guard's default
+	// reads it on every decision, and a count must not be a scan.
+	nodeCount *atomic.Int64
+	synced    []cache.InformerSynced
+}
+
+func newCaches(client kubernetes.Interface, o Options) (*caches, error) {
+	c := &caches{
+		csrFactory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
+		})),
+		nodeFactory: informers.NewSharedInformerFactory(client, 0),
+		issued:      taint.NewIssuedIndex(),
+		nodeCount:   &atomic.Int64{},
+	}
+	c.csr = c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
+	c.node = c.nodeFactory.Core().V1().Nodes()
+	// A request over the bound is dropped before it is cached (and then
+	// refused unread, RequestTooLarge): a flood of huge CSRs costs a
+	// transient decode each, not memory for as long as they are pending.
+	if err := c.csr.SetTransform(c.issued.Transform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()}))); err != nil {
+		return nil, err
+	}
+	if _, err := c.csr.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.issued.Forget}); err != nil {
+		return nil, err
+	}
+	nodes := c.node.Informer()
+	if err := nodes.SetTransform(trim.Node(o.ConditionType)); err != nil {
+		return nil, err
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.nodeCount.Add(1) },
+		DeleteFunc: func(any) { c.nodeCount.Add(-1) },
+	}); err != nil {
+		return nil, err
+	}
+	if err := nodes.AddIndexers(inventory.AddressIndexers); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{c.csr.HasSynced, nodes.HasSynced}
+	return c, nil
+}
+
+// evidence is what the policy checks requests against besides the CSR:
+// the inventory (and its watch, for desired-state sources), the API
+// server's own names and addresses, and which nodes host an API server.
+type evidence struct {
+	watch    *inventory.Watch
+	identity *apiserver.Identity
+	hosts    *apiserver.Hosts
+}
+
+// gatherEvidence builds the inventory and the policy's views of the
+// cluster into o.Controller; enqueueAll re-evaluates the pending CSRs when
+// the API server's identity changes.
+func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches, o *Options, enqueueAll func()) (evidence, error) {
+	nodes := c.node.Informer()
+	// Without the address index, no address counts as claimed by another
+	// node (--allow-shared-addresses).
+	addressIndex := nodes.GetIndexer()
+	if o.SharedAddressesOK {
+		addressIndex = nil
+	}
+	inv, watch, err := inventory.FromSpec(client, o.InventorySpec, inventory.Nodes{
+		Lister: c.node.Lister(), Indexer: addressIndex, NamesIndexer: nodes.GetIndexer(),
+		Count: func() int { return int(c.nodeCount.Load()) },
+	})
+	if err != nil {
+		return evidence{}, err
+	}
+	o.Controller.Inventory = inv
+	// The API server's own names and addresses are never approved but to
+	// a node that hosts it, and only its own; a change re-evaluates the
+	// pending CSRs.
+	identity, err := apiserver.New(apiserver.Config{Client: client, REST: o.RESTConfig, OnChange: enqueueAll})
+	if err != nil {
+		return evidence{}, err
+	}
+	c.synced = append(c.synced, identity.HasSynced)
+	pol := &o.Controller.Policy
 	o.Controller.APIServer = identity.Current
 	hosts := &apiserver.Hosts{Label: o.APIServerHostLabel}
-	o.Controller.Policy.HostOwn = hosts.Own
+	pol.HostOwn = hosts.Own
 	if static, ok := inv.(*inventory.Static); ok {
-		o.Controller.Policy.HostOwn = static.Lookup // desired state, which the node cannot write
+		pol.HostOwn = static.Lookup // desired state, which the node cannot write
 	}
 	// Service and Pod CIDRs are no node's addresses.
 	netRanges := ranges.New()
-	if err := netRanges.WatchNodes(nodeInformer.Informer()); err != nil {
-		return err
+	if err := netRanges.WatchNodes(nodes); err != nil {
+		return evidence{}, err
 	}
-	o.Controller.Policy.NotNodeAddress = netRanges.NotNodeAddress
-	syncedFuncs := []cache.InformerSynced{csrInformer.HasSynced, nodeInformer.Informer().HasSynced, identity.HasSynced}
+	pol.NotNodeAddress = netRanges.NotNodeAddress
 	if servesServiceCIDRs(client) {
-		sc := nodeFactory.Networking().V1().ServiceCIDRs().Informer()
+		sc := c.nodeFactory.Networking().V1().ServiceCIDRs().Informer()
 		if err := netRanges.WatchServiceCIDRs(sc); err != nil {
-			return err
+			return evidence{}, err
 		}
-		syncedFuncs = append(syncedFuncs, sc.HasSynced)
+		c.synced = append(c.synced, sc.HasSynced)
 	} else {
-		logger.Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
+		klog.FromContext(ctx).Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
 	}
 	if key := o.APIServerHostLabel; key != "" {
-		lister := nodeInformer.Lister()
-		o.Controller.Policy.APIServerHost = func(node string) bool {
+		lister := c.node.Lister()
+		pol.APIServerHost = func(node string) bool {
 			n, err := lister.Get(node)
 			if err != nil {
 				return false
@@ -209,21 +346,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 			_, ok := n.Labels[key]
 			return ok
 		}
-		o.Controller.Policy.APIServerHostRule = "label " + key
+		pol.APIServerHostRule = "label " + key
 	}
+	return evidence{watch: watch, identity: identity, hosts: hosts}, nil
+}
 
-	recorder, stopEvents := eventRecorder(ctx, client, o)
-	defer stopEvents()
-
-	ctrl, err = controller.New(o.Controller, client, csrInformer, recorder, reg)
-	if err != nil {
-		return err
-	}
-	// A node's addresses are its inventory in node mode, and the installer
-	// labels a control-plane node after its kubelet first asked:
-	// re-evaluate its pending CSRs when either changes.
-	hostLabel := o.APIServerHostLabel
-	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+// reevaluateOnNodeChanges re-evaluates a node's pending CSRs when its
+// addresses change (its inventory in node mode) or when it gains or loses
+// the API server host label (the installer labels a control-plane node
+// after its kubelet first asked), and keeps hosts current.
+func reevaluateOnNodeChanges(nodes cache.SharedIndexInformer, ctrl *controller.Controller, hosts *apiserver.Hosts, hostLabel string) error {
+	_, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			hosts.Observe(nil, obj.(*corev1.Node))
 			ctrl.EnqueueNode(obj.(*corev1.Node).Name)
@@ -245,97 +378,52 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 				hosts.Observe(n, nil)
 			}
 		},
-	}); err != nil {
-		return err
-	}
-	var remover *taint.Remover
-	if o.RemoveStartupTaint.Key != "" {
-		tc := taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge, Events: recorder}
-		if o.Prover != nil {
-			p := *o.Prover
-			p.Issued = issued.Of
-			tc.Prove = p.Prove
-		}
-		remover, err = taint.New(tc, client, nodeInformer.Informer())
-		if err != nil {
-			return err
-		}
-	}
+	})
+	return err
+}
 
-	var healthy prometheus.Gauge
-	if watch != nil {
-		healthy = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "certready_approver_inventory_healthy",
-			Help: "1 while the last load of the desired-state inventory (file or ConfigMap) succeeded; 0 while it is missing, deleted or broken and the last good one is in use.",
-		})
-		if err := reg.Register(healthy); err != nil {
-			return err
-		}
-		if watch.LoadedAtStart {
-			healthy.Set(1) // loaded at start-up, or the process stopped there
-		}
+// newRemover builds the taint fallback, or nil when it is off.
+func newRemover(client kubernetes.Interface, c *caches, o Options, recorder record.EventRecorder) (*taint.Remover, error) {
+	if o.RemoveStartupTaint.Key == "" {
+		return nil, nil
 	}
-	csrFactory.Start(ctx.Done())
-	nodeFactory.Start(ctx.Done())
-	identity.Start(ctx)
-	defer csrFactory.Shutdown()
-	defer nodeFactory.Shutdown()
-	// The caches sync while this replica stands for election: a replica
-	// that starts when the Lease is free (a rolling update, a crash after
-	// the Lease expired) leads at once, and decides as soon as its caches
-	// hold every pending CSR and Node.
-	synced := make(chan struct{})
-	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), syncedFuncs...) {
-			return // ctx ended
-		}
-		if watch != nil {
-			go watch.Run(ctx, func(err error) {
-				if err != nil {
-					healthy.Set(0)
-					return
-				}
-				healthy.Set(1)
-				ctrl.EnqueueAll()
-			})
-		}
-		ready.Set(true, "")
-		api := identity.Current()
-		logger.Info("Approver caches synced", "inventory", inv.Describe(), "apiserverAddresses", identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
-		close(synced)
-	}()
+	tc := taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge, Events: recorder}
+	if o.Prover != nil {
+		p := *o.Prover
+		p.Issued = c.issued.Of
+		tc.Prove = p.Prove
+	}
+	return taint.New(tc, client, c.node.Informer())
+}
 
-	lead := func(lctx context.Context) {
-		select {
-		case <-synced:
-		case <-lctx.Done():
-			return
-		}
-		done := make(chan error, 2)
-		go func() { done <- ctrl.Run(lctx) }()
-		n := 1
-		if remover != nil {
-			n++
-			go func() { done <- remover.Run(lctx) }()
-		}
-		for i := 0; i < n; i++ {
-			if err := <-done; err != nil {
-				logger.Error(err, "Leader work stopped")
-			}
-		}
+// inventoryHealth registers the desired-state inventory's health gauge
+// (nil for the Node objects, which have none).
+func inventoryHealth(reg prometheus.Registerer, watch *inventory.Watch) (prometheus.Gauge, error) {
+	if watch == nil {
+		return nil, nil
 	}
-	return elect(ctx, client, o, lead)
+	healthy := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "certready_approver_inventory_healthy",
+		Help: "1 while the last load of the desired-state inventory (file or ConfigMap) succeeded; 0 while it is missing, deleted or broken and the last good one is in use.",
+	})
+	if err := reg.Register(healthy); err != nil {
+		return nil, err
+	}
+	if watch.LoadedAtStart {
+		healthy.Set(1) // loaded at start-up, or the process stopped there
+	}
+	return healthy, nil
 }
 
 // runCAPI is the management-cluster mode: the leader serves every selected
 // workload cluster (package capi); this cluster's own CSRs and Nodes are
 // not its business.
 func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	if o.Dynamic == nil {
 		return fmt.Errorf("--cluster-api needs a dynamic client")
-	}
-	if o.RemoveStartupTaint.Key != "" {
-		return fmt.Errorf("--cluster-api serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
 	}
 	recorder, stopEvents := eventRecorder(ctx, client, o)
 	defer stopEvents()
