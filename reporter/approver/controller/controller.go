@@ -262,7 +262,6 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if !c.leading.Load() {
 		return 0, nil
 	}
-	logger := klog.FromContext(ctx).WithValues("csr", name)
 	csr, err := c.csrs.Get(name)
 	if apierrors.IsNotFound(err) {
 		return 0, nil
@@ -273,53 +272,68 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if csr.Spec.SignerName != certv1.KubeletServingSignerName {
 		return 0, nil // never touch another signer's CSR, whatever its content
 	}
-	// A decision carries the label in the same write (the approval
-	// subresource keeps metadata changes): one write per approved CSR. Every
-	// other path that keeps a CSR labels it on its own, off the critical
-	// path, so that the node's agent sees its pending request.
-	relabel := func() (time.Duration, error) {
-		if _, err := c.label(ctx, csr); err != nil {
-			if errors.Is(err, errReplaced) {
-				return -1, nil // the new object's own event follows
-			}
-			return 0, err
-		}
-		return 0, nil
-	}
-	// keep leaves the CSR pending: the label first, so that by the time an
-	// operator (or a test) reads the Warning, the node's agent already sees
-	// its request; then the Warning. When the label could not be written,
-	// no Warning yet: the retry records it. A request the cache dropped for
-	// its size is not relabelled: every write of the object would have the
-	// API server store and send its megabytes once more (a flood's cost
-	// doubled), and an agent whose label it spoofs keeps a trimmed copy
-	// that is no other node's evidence (the agent matches by requester).
-	keep := func(rule policy.Rule, msg string) (requeue time.Duration, warned bool, err error) {
-		if !policy.RequestDropped(csr) {
-			if requeue, err = relabel(); requeue != 0 || err != nil {
-				return requeue, false, err
-			}
-		}
-		return 0, c.warnOnce(csr, rule, msg), nil
-	}
 	if !csrstate.IsPending(csr) {
 		c.decided.Delete(csr.UID)
-		return relabel()
+		return c.relabel(ctx, csr)
 	}
 	if _, done := c.decided.Load(csr.UID); done {
 		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
 	}
-	// Only a node's newest request is a candidate (the kubelet waits for
-	// that one alone, and a node's pile of requests cannot crowd out
-	// others), and the flood guard defers all while too many nodes wait:
-	// the policy's first two rules, with the backlog the queue knows.
+	return c.act(ctx, csr, c.evaluate(csr))
+}
+
+// evaluate runs the policy on csr with the backlog the queue knows: only a
+// node's newest request is a candidate (the kubelet waits for that one
+// alone, and a node's pile of requests cannot crowd out others), and the
+// flood guard defers all while too many nodes wait.
+func (c *Controller) evaluate(csr *certv1.CertificateSigningRequest) policy.Decision {
 	max := c.maxPending()
 	backlog := policy.Backlog{Newer: c.newer(csr), PendingNodes: c.pending.nodes(c.known, max), MaxPending: max}
 	pc := c.cfg.Policy
 	if f := c.cfg.APIServer; f != nil {
 		pc.APIServer = f()
 	}
-	d := policy.Evaluate(csr, c.cfg.Inventory, pc, backlog)
+	return policy.Evaluate(csr, c.cfg.Inventory, pc, backlog)
+}
+
+// relabel makes csr's node label truthful. A decision carries the label in
+// the same write (the approval subresource keeps metadata changes): one
+// write per approved CSR. Every other path that keeps a CSR labels it on
+// its own, off the critical path, so that the node's agent sees its
+// pending request.
+func (c *Controller) relabel(ctx context.Context, csr *certv1.CertificateSigningRequest) (time.Duration, error) {
+	if _, err := c.label(ctx, csr); err != nil {
+		if errors.Is(err, errReplaced) {
+			return -1, nil // the new object's own event follows
+		}
+		return 0, err
+	}
+	return 0, nil
+}
+
+// keep leaves csr pending: the label first, so that by the time an
+// operator (or a test) reads the Warning, the node's agent already sees its
+// request; then the Warning. When the label could not be written, no
+// Warning yet: the retry records it. A request the cache dropped for its
+// size is not relabelled: every write of the object would have the API
+// server store and send its megabytes once more (a flood's cost doubled),
+// and an agent whose label it spoofs keeps a trimmed copy that is no other
+// node's evidence (the agent matches by requester).
+func (c *Controller) keep(ctx context.Context, csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) (requeue time.Duration, warned bool, err error) {
+	if !policy.RequestDropped(csr) {
+		if requeue, err = c.relabel(ctx, csr); requeue != 0 || err != nil {
+			return requeue, false, err
+		}
+	}
+	return 0, c.warnOnce(csr, rule, msg), nil
+}
+
+// act carries out decision d on csr: approve it (or deny it with
+// --deny-on-mismatch) in one write, or keep it pending with its reason.
+// Superseded and flood-guarded requests are never denied.
+func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequest, d policy.Decision) (time.Duration, error) {
+	logger := klog.FromContext(ctx).WithValues("csr", csr.Name)
+	keep := func(rule policy.Rule, msg string) (time.Duration, bool, error) { return c.keep(ctx, csr, rule, msg) }
 	switch d.Rule {
 	case policy.RuleSuperseded:
 		c.metrics.decisions.WithLabelValues("superseded", string(d.Rule)).Inc()
