@@ -185,67 +185,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	defer a.queue.ShutDown()
 
-	nodeInformer := cache.NewSharedIndexInformer(a.client.Nodes(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
-	}), &corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	csrInformer := cache.NewSharedIndexInformer(a.client.CSRs(func(o *metav1.ListOptions) {
-		// Anyone who may create CSRs can set the label; only the
-		// kubelet-serving signer's are cached (the approver corrects the
-		// label on those), so others cannot fill this cache.
-		o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
-		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
-	}), &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
-	// Its own Node and its own CSRs, and of those only what the checks read.
-	if err := nodeInformer.SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
+	nodeInformer, csrInformer, err := a.newInformers()
+	if err != nil {
 		return err
 	}
-	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})); err != nil {
-		return err
-	}
-	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {
-		counter := a.metrics.events.WithLabelValues(resource)
-		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { counter.Inc(); a.queue.Add(checkKey) },
-			UpdateFunc: func(any, any) { counter.Inc(); a.queue.Add(checkKey) },
-			DeleteFunc: func(any) { counter.Inc(); a.queue.Add(checkKey) },
-		}
-	}
-	if _, err := nodeInformer.AddEventHandler(enqueue("nodes")); err != nil {
-		return err
-	}
-	// The API server applies both selectors; a CSR that is not this node's
-	// kubelet-serving one (a client that ignores selectors, a fake) is
-	// counted and ignored, never a reason to check.
-	if _, err := csrInformer.AddEventHandler(cache.FilteringResourceEventHandler{
-		FilterFunc: func(obj any) bool {
-			if a.mine(obj) {
-				return true
-			}
-			a.metrics.foreign.Inc()
-			return false
-		},
-		Handler: enqueue("csrs"),
-	}); err != nil {
-		return err
-	}
-	a.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
-	a.csrs = &csrSource{
-		node: a.cfg.NodeName, labelled: certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()), client: a.client,
-		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
-	}
-	a.check = observe.Check{
-		PKIDir: a.cfg.PKIDir, CAFile: a.cfg.CAFile, KubeletPort: a.cfg.KubeletPort,
-		ProbeTimeout: a.cfg.ProbeTimeout, CSRRetention: a.cfg.CSRRetention, CSRs: a.csrs,
-		Remembered: func(fp fingerprint.SHA256) *csrmatch.Result {
-			if a.proven == nil || a.proven.fp != fp {
-				return nil
-			}
-			csr := a.proven.csr
-			return &csr
-		},
-		Stage: a.setStage, Done: a.metrics.observe,
-	}
-
+	a.wireCheck(nodeInformer, csrInformer)
 	events := nodeapi.NewNodeEvents(a.client, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
 	a.recorder = events
 	go events.Run(ctx)
@@ -277,6 +221,76 @@ func (a *Agent) Run(ctx context.Context) error {
 	for a.processNext(ctx) {
 	}
 	return nil
+}
+
+// newInformers watches the agent's own Node and its own kubelet-serving
+// CSRs, caching only what the checks read; every event queues a check.
+func (a *Agent) newInformers() (nodeInformer, csrInformer cache.SharedIndexInformer, err error) {
+	nodeInformer = cache.NewSharedIndexInformer(a.client.Nodes(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
+	}), &corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	csrInformer = cache.NewSharedIndexInformer(a.client.CSRs(func(o *metav1.ListOptions) {
+		// Anyone who may create CSRs can set the label; only the
+		// kubelet-serving signer's are cached (the approver corrects the
+		// label on those), so others cannot fill this cache.
+		o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
+		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
+	}), &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	if err := nodeInformer.SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
+		return nil, nil, err
+	}
+	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{KeepCertificate: true, DropRequest: true})); err != nil {
+		return nil, nil, err
+	}
+	enqueue := func(resource string) cache.ResourceEventHandlerFuncs {
+		counter := a.metrics.events.WithLabelValues(resource)
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { counter.Inc(); a.queue.Add(checkKey) },
+			UpdateFunc: func(any, any) { counter.Inc(); a.queue.Add(checkKey) },
+			DeleteFunc: func(any) { counter.Inc(); a.queue.Add(checkKey) },
+		}
+	}
+	if _, err := nodeInformer.AddEventHandler(enqueue("nodes")); err != nil {
+		return nil, nil, err
+	}
+	// The API server applies both selectors; a CSR that is not this node's
+	// kubelet-serving one (a client that ignores selectors, a fake) is
+	// counted and ignored, never a reason to check.
+	if _, err := csrInformer.AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			if a.mine(obj) {
+				return true
+			}
+			a.metrics.foreign.Inc()
+			return false
+		},
+		Handler: enqueue("csrs"),
+	}); err != nil {
+		return nil, nil, err
+	}
+	return nodeInformer, csrInformer, nil
+}
+
+// wireCheck points the observation path at the informers' caches and at
+// what this agent proved earlier.
+func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
+	a.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
+	a.csrs = &csrSource{
+		node: a.cfg.NodeName, labelled: certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()), client: a.client,
+		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
+	}
+	a.check = observe.Check{
+		PKIDir: a.cfg.PKIDir, CAFile: a.cfg.CAFile, KubeletPort: a.cfg.KubeletPort,
+		ProbeTimeout: a.cfg.ProbeTimeout, CSRRetention: a.cfg.CSRRetention, CSRs: a.csrs,
+		Remembered: func(fp fingerprint.SHA256) *csrmatch.Result {
+			if a.proven == nil || a.proven.fp != fp {
+				return nil
+			}
+			csr := a.proven.csr
+			return &csr
+		},
+		Stage: a.setStage, Done: a.metrics.observe,
+	}
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {
