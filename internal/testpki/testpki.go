@@ -19,9 +19,10 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/client-go/util/certificate"
 
 	"github.com/certready/certready/internal/names"
 )
@@ -220,34 +221,21 @@ func NewCSR(r Request) ([]byte, crypto.Signer, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), key, nil
 }
 
-// Install lays the pair out in dir exactly as the kubelet's file store does:
-// a new kubelet-server-<timestamp>.pem (0600, certificate and key), then a
-// temporary symlink with an absolute target renamed onto
-// kubelet-server-current.pem. It returns the timestamped file's path.
-func Install(dir string, p *Pair, at time.Time) (string, error) {
-	name := filepath.Join(dir, "kubelet-server-"+at.UTC().Format("2006-01-02-15-04-05.000000000")+".pem")
-	abs, err := filepath.Abs(name)
+// Install lays the pair out in dir as the kubelet does, with the kubelet's
+// own file store (client-go's util/certificate): a new
+// kubelet-server-<timestamp>.pem (0600, certificate and key), then a
+// symlink with an absolute target renamed onto kubelet-server-current.pem
+// after the old one is removed, which leaves the file briefly absent. It
+// returns the timestamped file's path.
+func Install(dir string, p *Pair) (string, error) {
+	store, err := certificate.NewFileStore("kubelet-server", dir, dir, "", "")
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(abs, p.FilePEM(), 0o600); err != nil {
+	if _, err := store.Update(p.CertPEM(), p.KeyPEM()); err != nil {
 		return "", err
 	}
-	current := filepath.Join(dir, "kubelet-server-current.pem")
-	tmp := current + ".updating"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(abs, tmp); err != nil {
-		return "", err
-	}
-	// The kubelet removes the old link before renaming the new one onto it,
-	// which leaves the file briefly absent: reproduce that gap.
-	if err := os.Remove(current); err != nil && !os.IsNotExist(err) {
-		return "", err
-	}
-	if err := os.Rename(tmp, current); err != nil {
-		return "", err
-	}
-	return abs, nil
+	return os.Readlink(store.CurrentPath())
 }
 
 // TB is what the serving helpers need of a test.

@@ -231,7 +231,7 @@ func (h *harness) issue(node string) *testpki.Pair {
 
 func (h *harness) install(p *testpki.Pair) {
 	h.t.Helper()
-	if _, err := testpki.Install(h.dir, p, time.Now()); err != nil {
+	if _, err := testpki.Install(h.dir, p); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -248,10 +248,7 @@ func (h *harness) healthy(csr string) *testpki.Pair {
 }
 
 func labelledCSR(name string, created time.Time) *certv1.CertificateSigningRequest {
-	return &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.NodeLabel: "w1"}, CreationTimestamp: metav1.NewTime(created)},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: "system:node:w1"},
-	}
+	return testpki.KubeletCSR(name, "w1", testpki.Labelled("w1"), testpki.Created(created))
 }
 
 func (h *harness) issueCSR(name string, p *testpki.Pair) {

@@ -52,7 +52,7 @@ func TestRun(t *testing.T) {
 	pki := func(p *testpki.Pair) string {
 		dir := t.TempDir()
 		if p != nil {
-			if _, err := testpki.Install(dir, p, time.Now()); err != nil {
+			if _, err := testpki.Install(dir, p); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -209,7 +209,7 @@ func TestWatchSeesTheRotationSequence(t *testing.T) {
 	go func() { _ = certfile.Watch(ctx, dir, 50*time.Millisecond, func() { events <- struct{}{} }) }()
 	waitEvent(t, events) // the initial notification once the watch is in place
 
-	if _, err := testpki.Install(dir, second, time.Now().Add(time.Second)); err != nil {
+	if _, err := testpki.Install(dir, second); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(10 * time.Second)
@@ -253,7 +253,7 @@ func waitEvent(t *testing.T, ch <-chan struct{}) {
 
 func mustInstall(t *testing.T, dir string, p *testpki.Pair) string {
 	t.Helper()
-	target, err := testpki.Install(dir, p, time.Now())
+	target, err := testpki.Install(dir, p)
 	if err != nil {
 		t.Fatal(err)
 	}

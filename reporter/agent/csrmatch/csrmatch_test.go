@@ -7,43 +7,25 @@ import (
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/internal/fingerprint"
-	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent/csrmatch"
 )
 
 var base = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
-type csrOpt func(*certv1.CertificateSigningRequest)
-
-func newCSR(name, user string, age time.Duration, opts ...csrOpt) *certv1.CertificateSigningRequest {
-	c := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(base.Add(-age))},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: user},
-	}
-	for _, o := range opts {
-		o(c)
-	}
-	return c
+func newCSR(name, user string, age time.Duration, opts ...testpki.CSROption) *certv1.CertificateSigningRequest {
+	return testpki.KubeletCSR(name, "", append([]testpki.CSROption{testpki.Requester(user), testpki.Created(base.Add(-age))}, opts...)...)
 }
 
-func cond(t certv1.RequestConditionType, msg string) csrOpt {
-	return func(c *certv1.CertificateSigningRequest) {
-		c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: t, Status: corev1.ConditionTrue, Message: msg})
-	}
+func cond(t certv1.RequestConditionType, msg string) testpki.CSROption {
+	return testpki.Condition(t, msg)
 }
 
-func issued(pem []byte) csrOpt {
-	return func(c *certv1.CertificateSigningRequest) { c.Status.Certificate = pem }
-}
+func issued(pem []byte) testpki.CSROption { return testpki.Certificate(pem) }
 
-func signer(s string) csrOpt {
-	return func(c *certv1.CertificateSigningRequest) { c.Spec.SignerName = s }
-}
+func signer(s string) testpki.CSROption { return testpki.Signer(s) }
 
 func TestMatch(t *testing.T) {
 	ca, err := testpki.NewCA("ca")

@@ -50,7 +50,7 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 			}
 			port, _ := strconv.Atoi(portText)
 			dir := t.TempDir()
-			if _, err := testpki.Install(dir, pair, time.Now()); err != nil {
+			if _, err := testpki.Install(dir, pair); err != nil {
 				t.Fatal(err)
 			}
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w6"}}

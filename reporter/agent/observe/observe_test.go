@@ -9,10 +9,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -25,18 +24,14 @@ import (
 )
 
 func csrFor(name, node string, labelled bool, certPEM []byte) *certv1.CertificateSigningRequest {
-	c := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Now()},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: names.SignerName, Username: names.NodeUser(node)},
-	}
+	opts := []testpki.CSROption{testpki.Created(time.Now())}
 	if labelled {
-		c.Labels = map[string]string{names.NodeLabel: node}
+		opts = append(opts, testpki.Labelled(node))
 	}
 	if certPEM != nil {
-		c.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}}
-		c.Status.Certificate = certPEM
+		opts = append(opts, testpki.Issued(certPEM))
 	}
-	return c
+	return testpki.KubeletCSR(name, node, opts...)
 }
 
 // TestEvidenceRule is the one rule the agent and check share: labelled

@@ -6,11 +6,9 @@ import (
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/policy"
@@ -48,14 +46,7 @@ func csr(t *testing.T, node string, ips []string, dns ...string) *certv1.Certifi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "csr-" + node},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request: pemBytes, SignerName: certv1.KubeletServingSignerName,
-			Usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-			Username: names.NodeUser(node), Groups: []string{"system:nodes", "system:authenticated"},
-		},
-	}
+	return testpki.KubeletCSR("csr-"+node, node, testpki.WithRequest(pemBytes))
 }
 
 // TestMachinesDecide runs the approver's policy over real CSRs with a

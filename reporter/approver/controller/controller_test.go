@@ -38,14 +38,7 @@ func csr(t *testing.T, name, node string, ip string, signer string) *certv1.Cert
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Second))},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request: req, SignerName: signer,
-			Usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-			Username: "system:node:" + node, Groups: []string{"system:nodes"},
-		},
-	}
+	return testpki.KubeletCSR(name, node, testpki.WithRequest(req), testpki.Created(time.Now().Add(-time.Second)), testpki.Signer(signer))
 }
 
 type env struct {

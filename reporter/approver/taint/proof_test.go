@@ -12,11 +12,9 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/taint"
@@ -40,14 +38,7 @@ func kubeletAt(t *testing.T, name, addr string) *corev1.Node {
 
 // issuedCSR is the CSR that issued pair to node, as the signer leaves it.
 func issuedCSR(node string, pair *testpki.Pair) *certv1.CertificateSigningRequest {
-	return &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "csr-" + node, UID: types.UID("uid-" + node)},
-		Spec:       certv1.CertificateSigningRequestSpec{SignerName: certv1.KubeletServingSignerName, Username: names.NodeUser(node)},
-		Status: certv1.CertificateSigningRequestStatus{
-			Conditions:  []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}},
-			Certificate: pair.CertPEM(),
-		},
-	}
+	return testpki.KubeletCSR("csr-"+node, node, testpki.WithUID("uid-"+node), testpki.Issued(pair.CertPEM()))
 }
 
 // TestProverLooksAtTheKubeletItself: a False condition is not enough; the
