@@ -538,6 +538,6 @@ func TestCAPIManagementRBAC(t *testing.T) {
 	}
 	dep := find[*appsv1.Deployment](objs)
 	if len(dep) != 1 || !slices.Contains(dep[0].Spec.Template.Spec.Containers[0].Args, "--cluster-api") || len(find[*appsv1.DaemonSet](objs)) != 0 {
-		t.Errorf("want the approver with --inventory=capi and no agent")
+		t.Errorf("want the approver with --cluster-api and no agent")
 	}
 }
