@@ -32,6 +32,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
+	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/agent/apiclock"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/condition"
@@ -129,7 +130,7 @@ type Agent struct {
 	ready   *httpserve.Readiness
 	now     func() time.Time
 
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *workloop.Loop[string]
 	nodes    corelisters.NodeLister
 	csrs     *csrSource
 	check    observe.Check
@@ -167,16 +168,19 @@ func New(cfg Config, client nodeapi.API, reg prometheus.Registerer, ready *https
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Agent{
+	a := &Agent{
 		cfg:     cfg,
 		client:  client,
 		metrics: newMetrics(reg),
 		ready:   ready,
 		now:     time.Now,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-agent"}),
-	}, nil
+	}
+	a.queue = workloop.New(workloop.Config[string]{
+		Name:        "certready-agent",
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+		KeyName:     "check", Failure: "Check failed; retrying",
+	}, func(ctx context.Context, _ string) (time.Duration, error) { return a.Check(ctx) })
+	return a, nil
 }
 
 // Run watches and checks until ctx ends.
@@ -212,14 +216,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.completed.Store(a.now().UnixNano())
 	a.setStage("waiting")
 	go a.watchdog(ctx)
-	go func() {
-		<-ctx.Done()
-		a.queue.ShutDown()
-	}()
 	a.queue.Add(checkKey)
 	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat, "staleAfter", a.cfg.StaleAfter)
-	for a.processNext(ctx) {
-	}
+	a.queue.Run(ctx, 1)
 	return nil
 }
 
@@ -291,26 +290,6 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 		},
 		Stage: a.setStage, Done: a.metrics.observe,
 	}
-}
-
-func (a *Agent) processNext(ctx context.Context) bool {
-	key, shutdown := a.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer a.queue.Done(key)
-	next, err := a.Check(ctx)
-	if ctx.Err() != nil {
-		return false
-	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Check failed; retrying")
-		a.queue.AddRateLimited(key)
-		return true
-	}
-	a.queue.Forget(key)
-	a.queue.AddAfter(key, next)
-	return true
 }
 
 // Check runs one check and publishes its verdict. It returns how long until

@@ -25,12 +25,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/internal/retryqueue"
 	"github.com/certready/certready/internal/trim"
+	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/ranges"
@@ -68,7 +67,7 @@ type Manager struct {
 	clusters cache.GenericLister
 	secrets  corelisters.SecretLister
 	machines cache.SharedIndexInformer
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *workloop.Loop[string]
 
 	mu      sync.Mutex
 	running map[string]*workload // by namespace/name of the Cluster
@@ -138,13 +137,13 @@ func New(cfg Config, mgmt kubernetes.Interface, dyn dynamic.Interface, recorder 
 		cfg.Connect = func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) }
 	}
 	m := &Manager{cfg: cfg, mgmt: mgmt, dyn: dyn, reg: reg, recorder: recorder, running: map[string]*workload{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-capi-clusters"}),
 		served: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_approver_capi_clusters",
 			Help: "Workload clusters whose kubelet-serving CSRs this approver is serving (Cluster selected and its kubeconfig Secret present).",
 		}),
 	}
+	m.queue = workloop.New(workloop.Config[string]{Name: "certready-capi-clusters", KeyName: "cluster",
+		Failure: "Workload cluster not served; retrying"}, workloop.Errors(m.reconcile))
 	return m
 }
 
@@ -227,12 +226,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	logger.Info("Serving Cluster API workload clusters", "selector", m.cfg.Selector.String())
 	defer m.stopAll()
-	go func() {
-		<-ctx.Done()
-		m.queue.ShutDown()
-	}()
-	for retryqueue.Next(ctx, m.queue, m.reconcile, "Workload cluster not served; retrying", "cluster") {
-	}
+	m.queue.Run(ctx, 1)
 	return nil
 }
 

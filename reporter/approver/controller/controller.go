@@ -31,6 +31,7 @@ import (
 
 	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
 )
@@ -59,7 +60,7 @@ type Controller struct {
 	csrs     certlisters.CertificateSigningRequestLister
 	byNode   cache.Indexer
 	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue    *workloop.Loop[string]
 	recorder record.EventRecorder
 	metrics  *metrics
 	leading  atomic.Bool
@@ -101,13 +102,15 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		recorder: recorder,
 		recorded: map[string]policy.Rule{},
 		pending:  newPendingSet(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Minute),
-				&workqueue.TypedBucketRateLimiter[string]{Limiter: newLimiter()},
-			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-approver"}),
 	}
+	c.queue = workloop.New(workloop.Config[string]{
+		Name: "certready-approver",
+		RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Minute),
+			&workqueue.TypedBucketRateLimiter[string]{Limiter: newLimiter()},
+		),
+		KeyName: "csr", Failure: "Syncing CSR failed; retrying",
+	}, c.sync)
 	c.metrics = newMetrics(reg, c)
 	if err := csrInformer.AddIndexers(cache.Indexers{byRequester: func(obj any) ([]string, error) {
 		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
@@ -219,41 +222,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.queue.Add(csr.Name)
 	}
 	logger.Info("Approver acting", "workers", c.cfg.Workers, "inventory", c.cfg.Inventory.Describe())
-	var wg sync.WaitGroup
-	for i := 0; i < c.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	c.queue.Run(ctx, c.cfg.Workers)
 	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	requeue, err := c.sync(ctx, key)
-	switch {
-	case ctx.Err() != nil:
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Syncing CSR failed; retrying", "csr", key)
-		c.queue.AddRateLimited(key)
-	case requeue > 0:
-		c.queue.AddAfter(key, requeue)
-	case requeue < 0:
-		c.queue.AddRateLimited(key)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 // sync handles one CSR. It returns a positive delay to look again after

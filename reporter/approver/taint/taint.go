@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,11 +29,10 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/internal/retryqueue"
+	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/agent/condition"
 )
 
@@ -171,7 +169,7 @@ type Remover struct {
 	client kubernetes.Interface
 	nodes  corelisters.NodeLister
 	synced cache.InformerSynced
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  *workloop.Loop[string]
 	active atomic.Bool
 }
 
@@ -190,9 +188,9 @@ func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndex
 		cfg: cfg, client: client,
 		nodes:  corelisters.NewNodeLister(nodeInformer.GetIndexer()),
 		synced: nodeInformer.HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "certready-taint-fallback"}),
 	}
+	r.queue = workloop.New(workloop.Config[string]{Name: "certready-taint-fallback", KeyName: "node",
+		Failure: "Removing the startup taint failed; retrying"}, workloop.Errors(r.sync))
 	add := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			r.queue.Add(key)
@@ -214,18 +212,7 @@ func (r *Remover) Run(ctx context.Context) error {
 		r.queue.Add(n.Name)
 	}
 	klog.FromContext(ctx).Info("Startup taint fallback active", "taint", r.cfg.Taint.ToString(), "condition", r.cfg.ConditionType, "maxConditionAge", r.cfg.MaxConditionAge)
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for retryqueue.Next(ctx, r.queue, r.sync, "Removing the startup taint failed; retrying", "node") {
-			}
-		}()
-	}
-	<-ctx.Done()
-	r.queue.ShutDown()
-	wg.Wait()
+	r.queue.Run(ctx, 2)
 	return nil
 }
 
