@@ -22,8 +22,6 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
@@ -31,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
@@ -442,14 +441,10 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 // own (Options.EventClient): they are records, and must not spend the rate
 // budget of the approvals they record. stop flushes and ends it.
 func eventRecorder(ctx context.Context, client kubernetes.Interface, o Options) (recorder record.EventRecorder, stop func()) {
-	events := o.EventClient
-	if events == nil {
-		events = client
+	if o.EventClient != nil {
+		client = o.EventClient
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(4)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"}), broadcaster.Shutdown
+	return events.Recorder(ctx, client, "certready-approver")
 }
 
 // elect runs lead while this replica holds the Lease (at once without

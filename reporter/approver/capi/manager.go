@@ -19,14 +19,13 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/internal/workloop"
@@ -365,10 +364,8 @@ func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime
 	w.mu.Unlock()
 	cfg.APIServer = identity.Current
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	onCSR := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "certready-approver"})
+	onCSR, stopEvents := events.Recorder(ctx, client, "certready-approver")
+	defer stopEvents()
 	reg := &registrations{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": clusterKey(ns, name)}, m.reg)}
 	defer reg.unregisterAll()
 	ctrl, err := controller.New(cfg, client, csrInformer, machineEvents{onCSR: onCSR, onMachine: m.recorder, inv: inv, cluster: clusterObj}, reg)
