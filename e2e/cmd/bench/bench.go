@@ -69,6 +69,10 @@ func (b *bench) startApprover(ctx context.Context) error {
 	})
 }
 
+// newBench sets up what every measurement shares: the agent's identity
+// behind a counting relay, the approver under its shipped RBAC, the
+// simulated kubelet and its two real certificates, and the agent, settled
+// into the starting state (installed, served, ready).
 func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Binaries, state, manifests string, logf func(string, ...any)) (*bench, error) {
 	b := &bench{c: c, logf: logf}
 	ca, _ := c.CAKeyPair()
@@ -80,68 +84,17 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	if !b.roots.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("no certificate in %s", ca)
 	}
-	agentKC, _, err := c.ClientCert("bench-agent", agentUser, agentGroup)
+	agentKC, err := b.agentIdentity(ctx, manifests)
 	if err != nil {
 		return nil, err
 	}
-	if err := grantAgentRole(ctx, c, manifests); err != nil {
-		return nil, err
-	}
-	if err := createAgentFlowSchema(ctx, c); err != nil {
-		return nil, err
-	}
-	// The agent reaches the API server through a relay that counts what it
-	// receives.
-	if err := b.relay.start(c); err != nil {
-		return nil, err
-	}
-	if err := pointAt(agentKC, agentRelayAddr); err != nil {
-		return nil, err
-	}
-	// The approver runs as its ServiceAccount would, under the shipped
-	// RBAC and FlowSchema: its requests are rate-limited, authorized and
-	// queued by API Priority and Fairness as in a cluster, not exempt as
-	// system:masters would be.
-	approverKC, approverCfg, err := c.ClientCert("bench-approver", approverUser, "system:serviceaccounts", "system:serviceaccounts:"+approverNS)
+	approverKC, err := b.approverIdentity(ctx, manifests)
 	if err != nil {
 		return nil, err
 	}
-	b.approverCfg = approverCfg
-	for _, f := range []string{"base/namespace.yaml", "base/approver-rbac.yaml", "base/approver-flowschema.yaml", "overlays/standalone/taint-rbac.yaml"} {
-		if out, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(manifests, f)); err != nil {
-			return nil, fmt.Errorf("applying %s: %w: %s", f, err, out)
-		}
-	}
-	if err := b.createNode(ctx, c.Client, simNode, simIP, true); err != nil {
+	if err := b.startKubelet(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.AddAddress(simIP); err != nil {
-		return nil, err
-	}
-	ln, err := c.ListenInNS(net.JoinHostPort(simIP, "10250"))
-	if err != nil {
-		return nil, err
-	}
-	// The simulated kubelet: serves whatever certificate it holds, or
-	// fails the handshake with internal_error when it holds none.
-	go func() {
-		cfg := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if c := b.serving.Load(); c != nil {
-				return c, nil
-			}
-			return nil, fmt.Errorf("no serving certificate available for the kubelet")
-		}}
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				_ = tls.Server(conn, cfg).Handshake()
-			}()
-		}
-	}()
 	// Inside the cluster's state folder, so that Stop removes it too.
 	b.pki = filepath.Join(state, "sim-pki")
 	if err := os.MkdirAll(b.pki, 0o700); err != nil {
@@ -153,30 +106,8 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	if err := b.startApprover(ctx); err != nil {
 		return nil, err
 	}
-	// Two real certificates for the simulated node, issued through the
-	// approver and the real signer.
-	_, nodeCfg, err := c.ClientCert("node-"+simNode, names.NodeUser(simNode), "system:nodes")
-	if err != nil {
+	if err := b.issueKubeletCerts(ctx); err != nil {
 		return nil, err
-	}
-	nodeClient, err := kubernetes.NewForConfig(nodeCfg)
-	if err != nil {
-		return nil, err
-	}
-	for i := range b.pairs {
-		cert, keyPEM, err := requestCert(ctx, c.Client, nodeClient, simNode, simIP)
-		if err != nil {
-			return nil, err
-		}
-		b.pairs[i] = filepath.Join(b.pki, fmt.Sprintf("kubelet-server-2026-bench-%d.pem", i))
-		if err := os.WriteFile(b.pairs[i], append(cert, keyPEM...), 0o600); err != nil {
-			return nil, err
-		}
-		pair, err := tls.X509KeyPair(cert, keyPEM)
-		if err != nil {
-			return nil, err
-		}
-		b.certs[i] = &pair
 	}
 	b.agent, err = c.StartInNS("bench-agent", bins.CertreadyNode, "agent", "--kubeconfig="+agentKC, "--node-name="+simNode,
 		"--kubelet-pki-dir="+b.pki, "--ca-file="+ca, "--metrics-addr=127.0.0.1:9721", "--health-addr=127.0.0.1:9722")
@@ -197,6 +128,110 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		return nil, fmt.Errorf("flow schema %s counted %v of the agent's requests (%v): the API load figures would be wrong", agentFlow, k, err)
 	}
 	return b, nil
+}
+
+// agentIdentity gives the agent its client certificate, the shipped
+// ClusterRole and a FlowSchema of its own (the API load is read from it),
+// and a kubeconfig that reaches the API server through a relay counting
+// what it receives.
+func (b *bench) agentIdentity(ctx context.Context, manifests string) (kubeconfig string, err error) {
+	kc, _, err := b.c.ClientCert("bench-agent", agentUser, agentGroup)
+	if err != nil {
+		return "", err
+	}
+	if err := grantAgentRole(ctx, b.c, manifests); err != nil {
+		return "", err
+	}
+	if err := createAgentFlowSchema(ctx, b.c); err != nil {
+		return "", err
+	}
+	if err := b.relay.start(b.c); err != nil {
+		return "", err
+	}
+	return kc, pointAt(kc, agentRelayAddr)
+}
+
+// approverIdentity: the approver runs as its ServiceAccount would, under the
+// shipped RBAC and FlowSchema: its requests are rate-limited, authorized
+// and queued by API Priority and Fairness as in a cluster, not exempt as
+// system:masters would be.
+func (b *bench) approverIdentity(ctx context.Context, manifests string) (kubeconfig string, err error) {
+	kc, cfg, err := b.c.ClientCert("bench-approver", approverUser, "system:serviceaccounts", "system:serviceaccounts:"+approverNS)
+	if err != nil {
+		return "", err
+	}
+	b.approverCfg = cfg
+	for _, f := range []string{"base/namespace.yaml", "base/approver-rbac.yaml", "base/approver-flowschema.yaml", "overlays/standalone/taint-rbac.yaml"} {
+		if out, err := b.c.Kubectl(ctx, "apply", "-f", filepath.Join(manifests, f)); err != nil {
+			return "", fmt.Errorf("applying %s: %w: %s", f, err, out)
+		}
+	}
+	return kc, nil
+}
+
+// startKubelet creates the simulated node (tainted) and its kubelet port: it
+// serves whatever certificate it holds, or fails the handshake with
+// internal_error when it holds none.
+func (b *bench) startKubelet(ctx context.Context) error {
+	if err := b.createNode(ctx, b.c.Client, simNode, simIP, true); err != nil {
+		return err
+	}
+	if err := b.c.AddAddress(simIP); err != nil {
+		return err
+	}
+	ln, err := b.c.ListenInNS(net.JoinHostPort(simIP, "10250"))
+	if err != nil {
+		return err
+	}
+	go func() {
+		cfg := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := b.serving.Load(); c != nil {
+				return c, nil
+			}
+			return nil, fmt.Errorf("no serving certificate available for the kubelet")
+		}}
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_ = tls.Server(conn, cfg).Handshake()
+			}()
+		}
+	}()
+	return nil
+}
+
+// issueKubeletCerts gets the simulated node two real certificates, issued
+// through the approver and the real signer, and lays them out in its pki
+// folder as the kubelet does.
+func (b *bench) issueKubeletCerts(ctx context.Context) error {
+	_, nodeCfg, err := b.c.ClientCert("node-"+simNode, names.NodeUser(simNode), "system:nodes")
+	if err != nil {
+		return err
+	}
+	nodeClient, err := kubernetes.NewForConfig(nodeCfg)
+	if err != nil {
+		return err
+	}
+	for i := range b.pairs {
+		cert, keyPEM, err := requestCert(ctx, b.c.Client, nodeClient, simNode, simIP)
+		if err != nil {
+			return err
+		}
+		b.pairs[i] = filepath.Join(b.pki, fmt.Sprintf("kubelet-server-2026-bench-%d.pem", i))
+		if err := os.WriteFile(b.pairs[i], append(cert, keyPEM...), 0o600); err != nil {
+			return err
+		}
+		pair, err := tls.X509KeyPair(cert, keyPEM)
+		if err != nil {
+			return err
+		}
+		b.certs[i] = &pair
+	}
+	return nil
 }
 
 func (b *bench) createNode(ctx context.Context, cs kubernetes.Interface, name, ip string, taint bool) error {

@@ -9,6 +9,7 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -44,37 +45,9 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 	run := b.stormRuns.Add(1)
 	b.logf("backlog drain: %d pending CSRs before the approver starts", n)
 	b.approver.Stop()
-	names := make([]string, n)
-	clients := make([]kubernetes.Interface, n)
-	csrs := make([]*certv1.CertificateSigningRequest, n)
-	defer b.removeStormNodes(ctx, names)
-	var errs errorSet
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := b.prepareStormNode(ctx, run, i, names, clients, csrs); err != nil {
-					errs.add(err)
-					continue
-				}
-				if _, err := clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, csrs[i], metav1.CreateOptions{}); err != nil {
-					errs.add(err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if err := errs.err(); err != nil {
-		return res, fmt.Errorf("filing the backlog: %w", err)
-	}
-	if err := b.quiesce(ctx, "nodes"); err != nil {
+	nodes := stormNodes{names: make([]string, n), clients: make([]kubernetes.Interface, n), csrs: make([]*certv1.CertificateSigningRequest, n)}
+	defer b.removeStormNodes(ctx, nodes.names)
+	if err := b.fileBacklog(ctx, run, nodes); err != nil {
 		return res, err
 	}
 	w, err := b.c.Client.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
@@ -94,16 +67,67 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 	if err := b.startApprover(ctx); err != nil {
 		return res, err
 	}
-	ownBefore := histogram{} // a new process: its histogram starts empty
+	first, last, err := drained(w, fmt.Sprintf("storm%d-csr-", run), n, time.Duration(n)*100*time.Millisecond+2*time.Minute)
+	if err != nil {
+		return res, fmt.Errorf("drain %d: %w", n, err)
+	}
+	res.Approved = n
+	res.ToFirst, res.ToLast = first.Sub(start), last.Sub(start)
+	if d := last.Sub(first); d > 0 {
+		res.PerSecond = float64(n-1) / d.Seconds()
+	}
+	if err := b.addDrainFigures(ctx, &res, start, before, writesBefore); err != nil {
+		return res, err
+	}
+	b.logf("drain %d: caches synced %s, leader %s, acting %s, first approval %s, last %s after the start; %.0f approvals/s; own p50 %s p99 %s; write %.1f ms; APF wait %.2f ms",
+		n, res.ToSynced.Round(time.Millisecond), res.ToLeader.Round(time.Millisecond), res.ToActing.Round(time.Millisecond),
+		res.ToFirst.Round(time.Millisecond), res.ToLast.Round(time.Millisecond), res.PerSecond, ms(res.OwnP50), ms(res.OwnP99), res.WriteMeanMillis, res.APFWaitMillis)
+	return res, nil
+}
+
+// fileBacklog makes each node and files its CSR, 16 at a time, while no
+// approver runs, then lets the controllers' reactions to the new Nodes
+// finish.
+func (b *bench) fileBacklog(ctx context.Context, run int64, nodes stormNodes) error {
+	var errs errorSet
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
+					errs.add(err)
+					continue
+				}
+				if _, err := nodes.clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, nodes.csrs[i], metav1.CreateOptions{}); err != nil {
+					errs.add(err)
+				}
+			}
+		}()
+	}
+	for i := range nodes.csrs {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if err := errs.err(); err != nil {
+		return fmt.Errorf("filing the backlog: %w", err)
+	}
+	return b.quiesce(ctx, "nodes")
+}
+
+// drained follows the watch until n CSRs named with prefix are approved,
+// and says when the first and the last approval were seen.
+func drained(w watch.Interface, prefix string, n int, timeout time.Duration) (first, last time.Time, err error) {
 	approved := map[string]bool{}
-	var first, last time.Time
-	timeout := time.After(time.Duration(n)*100*time.Millisecond + 2*time.Minute)
-	prefix := fmt.Sprintf("storm%d-csr-", run)
+	deadline := time.After(timeout)
 	for len(approved) < n {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return res, fmt.Errorf("the CSR watch closed after %d approvals", len(approved))
+				return first, last, fmt.Errorf("the CSR watch closed after %d approvals", len(approved))
 			}
 			csr, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
 			if !isCSR || !strings.HasPrefix(csr.Name, prefix) || approved[csr.Name] || !isApproved(csr) {
@@ -115,15 +139,17 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 			}
 			last = now
 			approved[csr.Name] = true
-		case <-timeout:
-			return res, fmt.Errorf("drain %d: %d approved in time", n, len(approved))
+		case <-deadline:
+			return first, last, fmt.Errorf("%d approved in time", len(approved))
 		}
 	}
-	res.Approved = len(approved)
-	res.ToFirst, res.ToLast = first.Sub(start), last.Sub(start)
-	if d := last.Sub(first); d > 0 {
-		res.PerSecond = float64(n-1) / d.Seconds()
-	}
+	return first, last, nil
+}
+
+// addDrainFigures reads where the drain's time went: the approver's start-up
+// stages from its log, its own decision histogram, the API server's
+// approval writes and the APF wait.
+func (b *bench) addDrainFigures(ctx context.Context, res *drainResult, start time.Time, before apiCounts, writesBefore writeStats) error {
 	for line, dst := range map[string]*time.Duration{"Approver caches synced": &res.ToSynced, "Acquired the leader Lease": &res.ToLeader, "Approver acting": &res.ToActing} {
 		if at, ok := logTime(b.c.Logs("bench-approver", 1<<20), line, start); ok {
 			*dst = at.Sub(start)
@@ -131,27 +157,25 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 	}
 	own, err := b.approverHistogram(ctx, "certready_approver_decision_seconds")
 	if err != nil {
-		return res, err
+		return err
 	}
-	res.OwnP50, res.OwnP99 = own.quantile(ownBefore, .5), own.quantile(ownBefore, .99)
+	// A new process: its histogram starts empty.
+	res.OwnP50, res.OwnP99 = own.quantile(histogram{}, .5), own.quantile(histogram{}, .99)
 	after, err := b.apiCounts(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
 	if ops := after.apfWaitOps - before.apfWaitOps; ops > 0 {
 		res.APFWaitMillis = (after.apfWait - before.apfWait) / ops * 1000
 	}
 	writesAfter, err := b.approvalWrites(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
 	if c := writesAfter.count - writesBefore.count; c > 0 {
 		res.WriteMeanMillis = (writesAfter.sum - writesBefore.sum) / c * 1000
 	}
-	b.logf("drain %d: caches synced %s, leader %s, acting %s, first approval %s, last %s after the start; %.0f approvals/s; own p50 %s p99 %s; write %.1f ms; APF wait %.2f ms",
-		n, res.ToSynced.Round(time.Millisecond), res.ToLeader.Round(time.Millisecond), res.ToActing.Round(time.Millisecond),
-		res.ToFirst.Round(time.Millisecond), res.ToLast.Round(time.Millisecond), res.PerSecond, ms(res.OwnP50), ms(res.OwnP99), res.WriteMeanMillis, res.APFWaitMillis)
-	return res, nil
+	return nil
 }
 
 type writeStats struct{ sum, count float64 }

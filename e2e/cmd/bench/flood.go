@@ -59,68 +59,139 @@ type floodResult struct {
 func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floodResult, error) {
 	res := floodResult{N: n, Bytes: size, Identities: identities, Valid: valid}
 	b.logf("large-request flood: %d CSRs of %d KiB from %d identities, %d valid nodes asking meanwhile", n, size>>10, identities, valid)
-	procs := map[string]*localcluster.Process{"approver": b.approver, "agent": b.agent}
-	pids := map[string]int{}
-	for name, p := range procs {
-		pids[name] = p.PID()
-		// Linux resets the peak RSS (VmHWM) on writing 5 to clear_refs.
-		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.PID()), []byte("5"), 0)
-	}
-	res.ApproverRSSBefore, res.AgentRSSBefore = rssBytes(pids["approver"]), rssBytes(pids["agent"])
-	var peakApprover, peakAgent atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			for name, peak := range map[string]*atomic.Int64{"approver": &peakApprover, "agent": &peakAgent} {
-				if r := rssBytes(pids[name]); r > peak.Load() {
-					peak.Store(r)
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	peaks := b.samplePeaks()
+	res.ApproverRSSBefore, res.AgentRSSBefore = rssBytes(peaks.pids["approver"]), rssBytes(peaks.pids["agent"])
 	refusedBefore, supersededBefore, err := b.floodDecisions(ctx)
 	if err != nil {
+		peaks.stop()
 		return res, err
 	}
 	// The valid nodes, ready to ask.
 	run := b.stormRuns.Add(1)
-	validNames := make([]string, valid)
-	validClients := make([]kubernetes.Interface, valid)
-	validCSRs := make([]*certv1.CertificateSigningRequest, valid)
-	defer b.removeStormNodes(ctx, validNames)
+	nodes := stormNodes{names: make([]string, valid), clients: make([]kubernetes.Interface, valid), csrs: make([]*certv1.CertificateSigningRequest, valid)}
+	defer b.removeStormNodes(ctx, nodes.names)
 	for i := 0; i < valid; i++ {
-		if err := b.prepareStormNode(ctx, run, i, validNames, validClients, validCSRs); err != nil {
+		if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
+			peaks.stop()
 			return res, err
 		}
 	}
 	w, err := b.c.Client.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{LabelSelector: "certready.io/bench=storm"})
 	if err != nil {
+		peaks.stop()
 		return res, err
 	}
 	defer w.Stop()
 
 	start := time.Now()
+	created, validAt, err := b.fileFlood(ctx, run, n, size, identities, nodes, &res)
+	defer func() {
+		for _, name := range created {
+			_ = b.c.Client.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	}()
+	if err == nil {
+		res.ValidLatencies, err = validApproved(w, nodes.csrs, validAt)
+	}
+	if err == nil {
+		err = b.floodDecided(ctx, &res, len(created), refusedBefore, supersededBefore)
+	}
+	res.Duration = time.Since(start)
+	peaks.stop()
+	if err != nil {
+		return res, err
+	}
+	res.Restarted = peaks.restarted()
+	res.ApproverPeakRSS, res.AgentPeakRSS = peaks.peak("approver"), peaks.peak("agent")
+	if len(res.Restarted) > 0 {
+		return res, fmt.Errorf("flood: %v did not survive", res.Restarted)
+	}
+	b.logf("flood: approver peak RSS %.1f MiB (before %.1f), agent %.1f MiB (before %.1f); %d valid approved, p99 %s",
+		float64(res.ApproverPeakRSS)/(1<<20), float64(res.ApproverRSSBefore)/(1<<20), float64(res.AgentPeakRSS)/(1<<20), float64(res.AgentRSSBefore)/(1<<20),
+		len(res.ValidLatencies), ms(pct(res.ValidLatencies, .99)))
+	return res, nil
+}
+
+// peakSampler reads the approver's and the agent's RSS every 50 ms from its
+// start (their kernel peak, VmHWM, reset then too) until stop.
+type peakSampler struct {
+	procs   map[string]*localcluster.Process
+	pids    map[string]int
+	peaks   map[string]*atomic.Int64
+	done    chan struct{}
+	sampled chan struct{}
+}
+
+func (b *bench) samplePeaks() *peakSampler {
+	s := &peakSampler{procs: map[string]*localcluster.Process{"approver": b.approver, "agent": b.agent},
+		pids: map[string]int{}, peaks: map[string]*atomic.Int64{}, done: make(chan struct{}), sampled: make(chan struct{})}
+	for name, p := range s.procs {
+		s.pids[name] = p.PID()
+		s.peaks[name] = new(atomic.Int64)
+		// Linux resets the peak RSS (VmHWM) on writing 5 to clear_refs.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.PID()), []byte("5"), 0)
+	}
+	go func() {
+		defer close(s.sampled)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for name, peak := range s.peaks {
+				if r := rssBytes(s.pids[name]); r > peak.Load() {
+					peak.Store(r)
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *peakSampler) stop() {
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+	<-s.sampled
+}
+
+// peak is the highest RSS sampled or recorded by the kernel.
+func (s *peakSampler) peak(name string) int64 {
+	return max(s.peaks[name].Load(), vmHWM(s.pids[name]))
+}
+
+// restarted names the processes that are not the ones sampled any more.
+func (s *peakSampler) restarted() []string {
+	var out []string
+	for name, p := range s.procs {
+		if p.PID() != s.pids[name] || !alive(s.pids[name]) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// fileFlood creates the n large CSRs, 8 at a time, and half-way through
+// the valid nodes' requests (validAt: when each was sent). It returns the
+// names of the large CSRs created, for their removal.
+func (b *bench) fileFlood(ctx context.Context, run int64, n, size, identities int, valid stormNodes, res *floodResult) (created []string, validAt []time.Time, err error) {
 	var failed errorSet
-	var created []string
 	var mu sync.Mutex
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
-	validAt := make([]time.Time, valid)
+	validAt = make([]time.Time, len(valid.csrs))
 	for i := 0; i < n; i++ {
 		if i == n/2 {
-			for k := 0; k < valid; k++ {
+			for k, csr := range valid.csrs {
 				validAt[k] = time.Now()
-				if _, err := validClients[k].CertificatesV1().CertificateSigningRequests().Create(ctx, validCSRs[k], metav1.CreateOptions{}); err != nil {
-					return res, fmt.Errorf("valid node %s: %w", validNames[k], err)
+				if _, err := valid.clients[k].CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+					wg.Wait() // created is complete only then
+					return created, nil, fmt.Errorf("valid node %s: %w", valid.names[k], err)
 				}
 			}
 		}
@@ -144,65 +215,52 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 	if err := failed.err(); err != nil {
 		b.logf("flood: %v", err)
 	}
-	defer func() {
-		for _, name := range created {
-			_ = b.c.Client.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	}()
-	// The valid ones approved, each timed from its creation.
+	return created, validAt, nil
+}
+
+// validApproved waits (2 minutes at most) until every valid CSR is
+// approved, and times each from its creation.
+func validApproved(w watch.Interface, valid []*certv1.CertificateSigningRequest, sentAt []time.Time) ([]time.Duration, error) {
 	approved := map[string]time.Duration{}
 	deadline := time.After(2 * time.Minute)
-	for len(approved) < valid {
+	for len(approved) < len(valid) {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return res, fmt.Errorf("the watch on the valid CSRs ended")
+				return nil, fmt.Errorf("the watch on the valid CSRs ended")
 			}
 			csr, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
 			if !isCSR || ev.Type == watch.Deleted || !isApproved(csr) {
 				continue
 			}
-			for k, want := range validCSRs {
-				if csr.Name == want.Name {
-					if _, seen := approved[csr.Name]; !seen {
-						approved[csr.Name] = time.Since(validAt[k])
-					}
+			for k, want := range valid {
+				if _, seen := approved[csr.Name]; csr.Name == want.Name && !seen {
+					approved[csr.Name] = time.Since(sentAt[k])
 				}
 			}
 		case <-deadline:
-			return res, fmt.Errorf("flood: %d of %d valid CSRs approved within 2 minutes", len(approved), valid)
+			return nil, fmt.Errorf("flood: %d of %d valid CSRs approved within 2 minutes", len(approved), len(valid))
 		}
 	}
+	out := make([]time.Duration, 0, len(approved))
 	for _, d := range approved {
-		res.ValidLatencies = append(res.ValidLatencies, d)
+		out = append(out, d)
 	}
-	// Every flood CSR decided: the newest of each identity refused unread,
-	// the others superseded.
-	want := float64(len(created))
+	return out, nil
+}
+
+// floodDecided waits until the approver has decided every flood CSR: the
+// newest of each identity refused unread, the others superseded.
+func (b *bench) floodDecided(ctx context.Context, res *floodResult, created int, refusedBefore, supersededBefore float64) error {
+	want := float64(created)
 	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver to decide every flood CSR", func() (bool, error) {
 		refused, superseded, err := b.floodDecisions(ctx)
 		res.Refused, res.Superseded = refused-refusedBefore, superseded-supersededBefore
-		return err == nil && res.Refused >= float64(min(identities, len(created))) && res.Refused+res.Superseded >= want, nil
+		return err == nil && res.Refused >= float64(min(res.Identities, created)) && res.Refused+res.Superseded >= want, nil
 	}); err != nil {
-		return res, fmt.Errorf("%w (refused %v, superseded %v of %v)", err, res.Refused, res.Superseded, want)
+		return fmt.Errorf("%w (refused %v, superseded %v of %v)", err, res.Refused, res.Superseded, want)
 	}
-	res.Duration = time.Since(start)
-	close(stop)
-	<-sampled
-	for name, p := range procs {
-		if p.PID() != pids[name] || !alive(pids[name]) {
-			res.Restarted = append(res.Restarted, name)
-		}
-	}
-	res.ApproverPeakRSS = max(peakApprover.Load(), vmHWM(pids["approver"]))
-	res.AgentPeakRSS = max(peakAgent.Load(), vmHWM(pids["agent"]))
-	if len(res.Restarted) > 0 {
-		return res, fmt.Errorf("flood: %v did not survive", res.Restarted)
-	}
-	b.logf("flood: approver peak RSS %.1f MiB (before %.1f), agent %.1f MiB (before %.1f); %d valid approved, p99 %s",
-		float64(res.ApproverPeakRSS)/(1<<20), float64(res.ApproverRSSBefore)/(1<<20), float64(res.AgentPeakRSS)/(1<<20), float64(res.AgentRSSBefore)/(1<<20),
-		len(res.ValidLatencies), ms(pct(res.ValidLatencies, .99)))
-	return res, nil
+	return nil
 }
 
 // createLarge files, as node identity id, a kubelet-serving CSR padded to

@@ -50,28 +50,49 @@ type results struct {
 	Notes           map[string]string `json:"notes"`
 }
 
+// plan is what one run measures, from the flags.
+type plan struct {
+	storms, naive, fleet, drains []int
+	transitions                  int
+	window, idle                 time.Duration
+	flood                        floodSpec
+	out, manifests               string
+}
+
 func main() {
 	storms := pflag.String("storm", "100,1000,5000", "approval storm sizes (empty: skip)")
 	naive := pflag.String("naive-storm", "1000,5000", "storm sizes for the naive approach too (label, approve, event on one client at QPS 100), for comparison (empty: skip)")
-	transitions := pflag.Int("transitions", 50, "readiness transitions to measure (0: skip)")
 	fleet := pflag.String("fleet", "1,100,1000", "simulated cluster sizes for the API load (empty: skip)")
-	window := pflag.Duration("load-window", time.Minute, "steady-state window per fleet size")
-	idle := pflag.Duration("idle-window", 30*time.Second, "idle window for the footprint")
-	out := pflag.String("out", "../bench-results", "folder for the JSON results")
-	manifests := pflag.String("manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
 	drains := pflag.String("drain", "1000,5000", "backlog drain sizes: CSRs pending before the approver starts (empty: skip)")
-	var fl floodSpec
-	pflag.IntVar(&fl.n, "flood", 200, "large-request flood: this many pending CSRs of --flood-bytes (0: skip)")
-	pflag.IntVar(&fl.bytes, "flood-bytes", 1<<20, "size of each flood CSR")
-	pflag.IntVar(&fl.identities, "flood-identities", 8, "node identities (no Node of theirs) filing the flood")
-	pflag.IntVar(&fl.valid, "flood-valid", 20, "real nodes asking for their certificates during the flood")
+	var p plan
+	pflag.IntVar(&p.transitions, "transitions", 50, "readiness transitions to measure (0: skip)")
+	pflag.DurationVar(&p.window, "load-window", time.Minute, "steady-state window per fleet size")
+	pflag.DurationVar(&p.idle, "idle-window", 30*time.Second, "idle window for the footprint")
+	pflag.StringVar(&p.out, "out", "../bench-results", "folder for the JSON results")
+	pflag.StringVar(&p.manifests, "manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
+	pflag.IntVar(&p.flood.n, "flood", 200, "large-request flood: this many pending CSRs of --flood-bytes (0: skip)")
+	pflag.IntVar(&p.flood.bytes, "flood-bytes", 1<<20, "size of each flood CSR")
+	pflag.IntVar(&p.flood.identities, "flood-identities", 8, "node identities (no Node of theirs) filing the flood")
+	pflag.IntVar(&p.flood.valid, "flood-valid", 20, "real nodes asking for their certificates during the flood")
 	smoke := pflag.Bool("smoke", false, "tiny run for CI: storm 10, 3 transitions, fleet 1,10, a flood of 10, short windows")
 	pflag.Parse()
 	if *smoke {
-		*storms, *naive, *transitions, *fleet, *window, *idle, *drains = "10", "10", 3, "1,10", 10*time.Second, 5*time.Second, "10"
-		fl = floodSpec{n: 10, bytes: 256 << 10, identities: 2, valid: 3}
+		*storms, *naive, *fleet, *drains = "10", "10", "1,10", "10"
+		p.transitions, p.window, p.idle = 3, 10*time.Second, 5*time.Second
+		p.flood = floodSpec{n: 10, bytes: 256 << 10, identities: 2, valid: 3}
 	}
-	if err := run(*storms, *naive, *transitions, *fleet, *window, *idle, *drains, fl, *out, *manifests); err != nil {
+	for _, f := range []struct {
+		flag, spec string
+		to         *[]int
+	}{{"storm", *storms, &p.storms}, {"naive-storm", *naive, &p.naive}, {"fleet", *fleet, &p.fleet}, {"drain", *drains, &p.drains}} {
+		sizes, err := ints(f.spec)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: --%s: %v\n", f.flag, err)
+			os.Exit(2)
+		}
+		*f.to = sizes
+	}
+	if err := run(p); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -104,23 +125,9 @@ rules:
 // floodSpec sizes the large-request flood (flood.go).
 type floodSpec struct{ n, bytes, identities, valid int }
 
-func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window, idle time.Duration, drainSpec string, fl floodSpec, outDir, manifests string) error {
-	stormSizes, err := ints(stormSpec)
-	if err != nil {
-		return fmt.Errorf("--storm: %w", err)
-	}
-	naiveSizes, err := ints(naiveSpec)
-	if err != nil {
-		return fmt.Errorf("--naive-storm: %w", err)
-	}
-	fleetSizes, err := ints(fleetSpec)
-	if err != nil {
-		return fmt.Errorf("--fleet: %w", err)
-	}
-	drainSizes, err := ints(drainSpec)
-	if err != nil {
-		return fmt.Errorf("--drain: %w", err)
-	}
+// run starts a control plane, measures what p asks for and writes the
+// results.
+func run(p plan) error {
 	bins, err := localcluster.BinariesFromEnv()
 	if err != nil {
 		return err
@@ -150,7 +157,7 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 	}
 	defer c.Stop()
 
-	b, err := newBench(ctx, c, bins, state, manifests, logf)
+	b, err := newBench(ctx, c, bins, state, p.manifests, logf)
 	if err != nil {
 		return err
 	}
@@ -164,9 +171,26 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 	if info, err := os.Stat(bins.CertreadyNode); err == nil {
 		res.NodeBinaryBytes = info.Size()
 	}
-	res.Footprint = append(res.Footprint, b.footprint(ctx, "idle", idle)...)
-	if transitions > 0 {
-		if res.Readiness, err = b.readiness(ctx, transitions); err != nil {
+	if err := b.measure(ctx, p, &res); err != nil {
+		return err
+	}
+	print(res)
+	for k, v := range res.Notes {
+		if strings.HasPrefix(v, "failed") {
+			fmt.Printf("%s: %s\n", k, v)
+		}
+	}
+	return writeResults(res, p.out)
+}
+
+// measure runs each part of the plan in turn. A storm or a drain that
+// fails is noted beside the figures that were measured; the rest stop the
+// run.
+func (b *bench) measure(ctx context.Context, p plan, res *results) error {
+	var err error
+	res.Footprint = append(res.Footprint, b.footprint(ctx, "idle", p.idle)...)
+	if p.transitions > 0 {
+		if res.Readiness, err = b.readiness(ctx, p.transitions); err != nil {
 			return err
 		}
 	}
@@ -175,24 +199,23 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 		approach string
 	}
 	var runs []planned
-	for _, n := range stormSizes {
+	for _, n := range p.storms {
 		runs = append(runs, planned{n, "certready"})
 	}
-	for _, n := range naiveSizes {
+	for _, n := range p.naive {
 		runs = append(runs, planned{n, "naive"})
 	}
 	for _, r := range runs {
 		s, samples, err := b.storm(ctx, r.n, r.approach)
 		if err != nil {
-			// Report what failed beside the figures that were measured.
 			res.Notes[fmt.Sprintf("storm %d (%s)", r.n, r.approach)] = "failed: " + err.Error()
-			logf("storm %d (%s) failed: %v", r.n, r.approach, err)
+			b.logf("storm %d (%s) failed: %v", r.n, r.approach, err)
 			continue
 		}
 		res.Storms = append(res.Storms, s)
 		res.Footprint = append(res.Footprint, samples...)
 	}
-	for _, n := range drainSizes {
+	for _, n := range p.drains {
 		d, err := b.drain(ctx, n)
 		if err != nil {
 			res.Notes[fmt.Sprintf("drain %d", n)] = "failed: " + err.Error()
@@ -204,8 +227,8 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 		}
 		res.Drains = append(res.Drains, d)
 	}
-	for _, n := range fleetSizes {
-		l, err := b.load(ctx, n, window)
+	for _, n := range p.fleet {
+		l, err := b.load(ctx, n, p.window)
 		if err != nil {
 			return err
 		}
@@ -215,19 +238,18 @@ func run(stormSpec, naiveSpec string, transitions int, fleetSpec string, window,
 	// lazily) would be in every figure after it. Its peak RSS is measured
 	// from its own start; run it alone (--storm= --naive-storm= --fleet=
 	// --transitions=0) for a baseline without the storms before it.
-	if fl.n > 0 {
-		f, err := b.flood(ctx, fl.n, fl.bytes, fl.identities, fl.valid)
+	if p.flood.n > 0 {
+		f, err := b.flood(ctx, p.flood.n, p.flood.bytes, p.flood.identities, p.flood.valid)
 		if err != nil {
 			return err
 		}
 		res.Flood = &f
 	}
-	print(res)
-	for k, v := range res.Notes {
-		if strings.HasPrefix(v, "failed") {
-			fmt.Printf("%s: %s\n", k, v)
-		}
-	}
+	return nil
+}
+
+// writeResults keeps the raw figures as JSON in outDir.
+func writeResults(res results, outDir string) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}

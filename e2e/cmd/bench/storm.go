@@ -14,6 +14,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -112,46 +113,118 @@ func (e *errorSet) err() error {
 // storm creates n nodes and n CSRs from n distinct node identities in
 // parallel, and times creation -> Approved=True as seen by a watch. With
 // approach "naive" the real approver is stopped for the storm and the
-// naive one (naive.go) approves instead.
+// naive one (naive.go) approves instead. Its phases: prepare (Nodes,
+// identities, requests; not timed), create every CSR at once, follow the
+// watch until every accepted CSR is approved, then read the API server's
+// and the approver's own figures.
 func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult, []footprintSample, error) {
 	run := b.stormRuns.Add(1)
 	b.logf("approval storm (%s): %d CSRs from %d node identities", approach, n, n)
 	if approach == "naive" {
-		b.approver.Stop()
-		naive, err := startNaive(ctx, b.approverCfg)
+		restore, err := b.useNaive(ctx)
 		if err != nil {
 			return stormResult{}, nil, err
 		}
-		defer func() {
-			naive.stop()
-			if err := b.startApprover(ctx); err != nil {
-				b.logf("restarting the approver after the naive storm: %v", err)
-			}
-		}()
+		defer restore()
 	}
-	names := make([]string, n)
-	clients := make([]kubernetes.Interface, n)
-	csrs := make([]*certv1.CertificateSigningRequest, n)
+	nodes := stormNodes{names: make([]string, n), clients: make([]kubernetes.Interface, n), csrs: make([]*certv1.CertificateSigningRequest, n)}
 	// Clean up so the next size starts from the same state.
-	defer b.removeStormNodes(ctx, names)
+	defer b.removeStormNodes(ctx, nodes.names)
 	// Memory per node counts the storm's Nodes too: the base is taken
 	// before they exist.
-	var rssBefore int64
-	var heapBefore float64
-	var ownBefore histogram
+	var base approverBase
 	if approach == "certready" {
-		rssBefore = rssBytes(b.approver.PID())
 		var err error
-		if heapBefore, err = b.approverLiveHeap(ctx); err != nil {
-			return stormResult{}, nil, err
-		}
-		if ownBefore, err = b.approverHistogram(ctx, "certready_approver_decision_seconds"); err != nil {
+		if base, err = b.approverBase(ctx); err != nil {
 			return stormResult{}, nil, err
 		}
 	}
-	// Nodes, identities and requests are made before the clock starts;
-	// only creation -> approval is timed.
-	var prepErrs errorSet
+	if err := b.prepareStorm(ctx, run, nodes); err != nil {
+		return stormResult{}, nil, err
+	}
+	watch, err := b.watchStorm(ctx, run)
+	if err != nil {
+		return stormResult{}, nil, err
+	}
+	defer watch.stop()
+	before, err := b.apiCounts(ctx)
+	if err != nil {
+		return stormResult{}, nil, err
+	}
+	meter := b.newMeter(fmt.Sprintf("storm %d (peak RSS, mean CPU)", n), approach)
+	start := time.Now()
+	created := createStorm(ctx, nodes)
+	timeout := time.Duration(n)*200*time.Millisecond + 2*time.Minute
+	if err := watch.follow(ctx, created, meter, timeout); err != nil {
+		return stormResult{}, nil, fmt.Errorf("storm %d: %w", n, err)
+	}
+	elapsed := time.Since(start)
+	res := created.result(approach, n, start, elapsed, watch)
+	if err := b.addRequests(ctx, &res, before); err != nil {
+		return stormResult{}, nil, err
+	}
+	samples, err := b.addFootprint(ctx, &res, meter, base, elapsed)
+	if err != nil {
+		return stormResult{}, nil, err
+	}
+	b.logf("storm %d (%s): seen on the watch -> Approved p50 %s p99 %s; creation -> seen p50 %s p99 %s; approver's own p50 %s p99 %s", n, approach,
+		ms(pct(res.SinceSeen, .5)), ms(pct(res.SinceSeen, .99)), ms(pct(res.SeenLag, .5)), ms(pct(res.SeenLag, .99)), ms(res.OwnP50), ms(res.OwnP99))
+	b.logf("storm %d (%s): %d accepted, %d failed; p50 %s p99 %s, %.1f created/s, %.1f approved/s, %.2f writes per approval", n, approach, len(res.Latencies), res.Failed,
+		ms(pct(res.Latencies, .5)), ms(pct(res.Latencies, .99)), res.CreatedPerSecond, res.PerSecond, res.WritesPerApproval)
+	if res.Failed > 0 {
+		b.logf("storm %d: creations failed: %v", n, created.errs.err())
+	}
+	return res, samples, nil
+}
+
+// useNaive stops the real approver and starts the naive one; restore
+// undoes that.
+func (b *bench) useNaive(ctx context.Context) (restore func(), err error) {
+	b.approver.Stop()
+	naive, err := startNaive(ctx, b.approverCfg)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		naive.stop()
+		if err := b.startApprover(ctx); err != nil {
+			b.logf("restarting the approver after the naive storm: %v", err)
+		}
+	}, nil
+}
+
+// stormNodes are the storm's node names, node identities and requests, by
+// index.
+type stormNodes struct {
+	names   []string
+	clients []kubernetes.Interface
+	csrs    []*certv1.CertificateSigningRequest
+}
+
+// approverBase is what the real approver held and had recorded before the
+// storm's Nodes existed.
+type approverBase struct {
+	rss  int64
+	heap float64
+	own  histogram
+}
+
+func (b *bench) approverBase(ctx context.Context) (approverBase, error) {
+	base := approverBase{rss: rssBytes(b.approver.PID())}
+	var err error
+	if base.heap, err = b.approverLiveHeap(ctx); err != nil {
+		return base, err
+	}
+	base.own, err = b.approverHistogram(ctx, "certready_approver_decision_seconds")
+	return base, err
+}
+
+// prepareStorm makes every node, identity and request before the clock
+// starts (only creation -> approval is timed), then lets the controllers'
+// reactions to the new Nodes (pod CIDRs, taints) finish: they are the
+// preparation's, not the storm's.
+func (b *bench) prepareStorm(ctx context.Context, run int64, nodes stormNodes) error {
+	var errs errorSet
 	prep := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
@@ -159,179 +232,238 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 		go func() {
 			defer wg.Done()
 			for i := range prep {
-				if err := b.prepareStormNode(ctx, run, i, names, clients, csrs); err != nil {
-					prepErrs.add(err)
+				if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
+					errs.add(err)
 				}
 			}
 		}()
 	}
-	for i := 0; i < n; i++ {
+	for i := range nodes.csrs {
 		prep <- i
 	}
 	close(prep)
 	wg.Wait()
-	if err := prepErrs.err(); err != nil {
-		return stormResult{}, nil, fmt.Errorf("preparing the storm's nodes: %w", err)
+	if err := errs.err(); err != nil {
+		return fmt.Errorf("preparing the storm's nodes: %w", err)
 	}
-	// The controllers' reactions to the new Nodes (pod CIDRs, taints) are
-	// the preparation's, not the storm's: let them finish first.
-	if err := b.quiesce(ctx, "nodes"); err != nil {
-		return stormResult{}, nil, err
-	}
-	// The measuring watch decodes protobuf: the instrument should cost the
-	// 2-core machine as little as it can.
-	pcfg := rest.CopyConfig(b.c.RESTConfig)
-	pcfg.ContentType, pcfg.AcceptContentTypes = runtime.ContentTypeProtobuf, runtime.ContentTypeProtobuf
-	watcher, err := kubernetes.NewForConfig(pcfg)
-	if err != nil {
-		return stormResult{}, nil, err
-	}
-	watchOpts := metav1.ListOptions{LabelSelector: "certready.io/bench=storm"}
-	w, err := watcher.CertificatesV1().CertificateSigningRequests().Watch(ctx, watchOpts)
-	if err != nil {
-		return stormResult{}, nil, err
-	}
-	defer func() { w.Stop() }()
-	rewatches := 0
-	created := make([]time.Time, n)
-	var mu sync.Mutex
-	accepted := map[string]int{} // CSR name -> index, for creations the API server accepted
-	var lastCreated time.Time
-	var createErrs errorSet
-	before, err := b.apiCounts(ctx)
-	if err != nil {
-		return stormResult{}, nil, err
-	}
-	start := time.Now()
+	return b.quiesce(ctx, "nodes")
+}
+
+// creations records, while the storm's CSRs are being created (32 at a
+// time, each by its own node identity), when each was sent and which the
+// API server accepted. done closes when every creation has returned; from
+// then on nothing writes it.
+type creations struct {
+	mu          sync.Mutex
+	accepted    map[string]int // CSR name -> index
+	sent        []time.Time
+	lastCreated time.Time
+	errs        errorSet
+	done        chan struct{}
+}
+
+func createStorm(ctx context.Context, nodes stormNodes) *creations {
+	c := &creations{accepted: map[string]int{}, sent: make([]time.Time, len(nodes.csrs)), done: make(chan struct{})}
 	jobs := make(chan int)
+	var wg sync.WaitGroup
 	for k := 0; k < 32; k++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				name := csrs[i].Name
+				csr := nodes.csrs[i]
 				t := time.Now()
-				_, err := clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, csrs[i], metav1.CreateOptions{})
-				if err != nil {
-					createErrs.add(fmt.Errorf("creating %s: %w", name, err))
+				if _, err := nodes.clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+					c.errs.add(fmt.Errorf("creating %s: %w", csr.Name, err))
 					continue
 				}
 				done := time.Now()
-				mu.Lock()
-				accepted[name] = i
-				created[i] = t
-				if done.After(lastCreated) {
-					lastCreated = done
+				c.mu.Lock()
+				c.accepted[csr.Name] = i
+				c.sent[i] = t
+				if done.After(c.lastCreated) {
+					c.lastCreated = done
 				}
-				mu.Unlock()
+				c.mu.Unlock()
 			}
 		}()
 	}
 	go func() {
-		for i := 0; i < n; i++ {
+		for i := range nodes.csrs {
 			jobs <- i
 		}
 		close(jobs)
 	}()
-	allCreated := make(chan struct{})
-	go func() { wg.Wait(); close(allCreated) }()
+	go func() { wg.Wait(); close(c.done) }()
+	return c
+}
 
+// result times every accepted CSR from its creation to its approval on the
+// watch.
+func (c *creations) result(approach string, n int, start time.Time, elapsed time.Duration, w *stormWatch) stormResult {
+	res := stormResult{Approach: approach, N: n, Duration: elapsed}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, i := range c.accepted {
+		res.Latencies = append(res.Latencies, w.approvedAt[name].Sub(c.sent[i]))
+		res.SinceSeen = append(res.SinceSeen, w.approvedAt[name].Sub(w.seenAt[name]))
+		res.SeenLag = append(res.SeenLag, w.seenAt[name].Sub(c.sent[i]))
+	}
+	if d := c.lastCreated.Sub(start); d > 0 {
+		res.CreatedPerSecond = float64(len(c.accepted)) / d.Seconds()
+	}
+	res.PerSecond = float64(len(res.Latencies)) / elapsed.Seconds()
+	res.Failed, res.Errors = c.errs.count, c.errs.list
+	return res
+}
+
+// stormWatch follows this run's CSRs on a watch of its own, recording when
+// each was first seen and when it was seen approved.
+type stormWatch struct {
+	client     kubernetes.Interface
+	opts       metav1.ListOptions
+	prefix     string
+	w          watch.Interface
+	rewatches  int
+	seenAt     map[string]time.Time
+	approvedAt map[string]time.Time
+}
+
+// watchStorm opens the watch. It decodes protobuf: the instrument should
+// cost the 2-core machine as little as it can.
+func (b *bench) watchStorm(ctx context.Context, run int64) (*stormWatch, error) {
+	pcfg := rest.CopyConfig(b.c.RESTConfig)
+	pcfg.ContentType, pcfg.AcceptContentTypes = runtime.ContentTypeProtobuf, runtime.ContentTypeProtobuf
+	client, err := kubernetes.NewForConfig(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	sw := &stormWatch{client: client, opts: metav1.ListOptions{LabelSelector: "certready.io/bench=storm"},
+		prefix: fmt.Sprintf("storm%d-csr-", run), seenAt: map[string]time.Time{}, approvedAt: map[string]time.Time{}}
+	if sw.w, err = client.CertificatesV1().CertificateSigningRequests().Watch(ctx, sw.opts); err != nil {
+		return nil, err
+	}
+	return sw, nil
+}
+
+func (sw *stormWatch) stop() { sw.w.Stop() }
+
+// follow reads the watch until every creation has returned and every
+// accepted CSR is approved, sampling the processes' RSS each second. The
+// watch may report an approval before its Create returns, so approvals
+// are matched to accepted CSRs once creation is over.
+func (sw *stormWatch) follow(ctx context.Context, c *creations, m *meter, timeout time.Duration) error {
 	sampleTick := time.NewTicker(time.Second)
 	defer sampleTick.Stop()
-	phase := fmt.Sprintf("storm %d (peak RSS, mean CPU)", n)
-	procs := map[string]*localcluster.Process{"agent": b.agent, "approver": b.approver}
-	if approach == "naive" {
-		procs = map[string]*localcluster.Process{"agent": b.agent}
-	}
-	peak := map[string]footprintSample{}
-	cpu0 := map[string]float64{}
-	for name, p := range procs {
-		peak[name] = footprintSample{Phase: phase, Process: name, RSSBytes: rssBytes(p.PID())}
-		cpu0[name] = cpuSeconds(p.PID())
-	}
-	approvedAt := map[string]time.Time{}
-	seenAt := map[string]time.Time{}
-	timeout := time.After(time.Duration(n)*200*time.Millisecond + 2*time.Minute)
-	// Done when every creation has returned and every accepted CSR is
-	// approved (the watch may report an approval before Create returns, so
-	// approvals are matched to accepted CSRs once creation is over; from
-	// then on, accepted is no longer written).
-	creating := allCreated
+	deadline := time.After(timeout)
+	creating := c.done
 	approvedAccepted := 0
-	for creating != nil || approvedAccepted < len(accepted) {
+	for creating != nil || approvedAccepted < len(c.accepted) {
 		select {
 		case <-creating:
 			creating = nil
-			for name := range approvedAt {
-				if _, ok := accepted[name]; ok {
+			for name := range sw.approvedAt {
+				if _, ok := c.accepted[name]; ok {
 					approvedAccepted++
 				}
 			}
-		case ev, ok := <-w.ResultChan():
+		case ev, ok := <-sw.w.ResultChan():
 			if !ok {
-				// A saturated API server drops watchers that fall behind:
-				// resume from the last event seen, so none is missed (an
-				// approval is then seen late, never not at all).
-				if rewatches++; rewatches > 20 {
-					return stormResult{}, nil, fmt.Errorf("the CSR watch closed %d times", rewatches)
-				}
-				if w, err = watcher.CertificatesV1().CertificateSigningRequests().Watch(ctx, watchOpts); err != nil {
-					return stormResult{}, nil, fmt.Errorf("watching CSRs again: %w", err)
+				if err := sw.resume(ctx); err != nil {
+					return err
 				}
 				continue
 			}
 			csr, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
-			if isCSR {
-				watchOpts.ResourceVersion = csr.ResourceVersion
-			}
-			if !isCSR || !strings.HasPrefix(csr.Name, fmt.Sprintf("storm%d-csr-", run)) {
+			if !isCSR {
 				continue
 			}
-			now := time.Now()
-			if _, seen := seenAt[csr.Name]; !seen {
-				seenAt[csr.Name] = now
-			}
-			if _, seen := approvedAt[csr.Name]; seen || !isApproved(csr) {
-				continue
-			}
-			approvedAt[csr.Name] = now
-			if creating == nil { // accepted is final: no creator writes it any more
-				if _, ok := accepted[csr.Name]; ok {
+			sw.opts.ResourceVersion = csr.ResourceVersion
+			if sw.record(csr) && creating == nil { // accepted is final: no creator writes it any more
+				if _, ok := c.accepted[csr.Name]; ok {
 					approvedAccepted++
 				}
 			}
 		case <-sampleTick.C:
-			for name, p := range procs {
-				if rss := rssBytes(p.PID()); rss > peak[name].RSSBytes {
-					s := peak[name]
-					s.RSSBytes = rss
-					peak[name] = s
-				}
-			}
-		case <-timeout:
-			mu.Lock()
-			defer mu.Unlock()
-			return stormResult{}, nil, fmt.Errorf("storm %d: %d CSRs approved, %d accepted, in time (creations: %v)",
-				n, len(approvedAt), len(accepted), createErrs.err())
+			m.sample()
+		case <-deadline:
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return fmt.Errorf("%d CSRs approved, %d accepted, in time (creations: %v)", len(sw.approvedAt), len(c.accepted), c.errs.err())
 		}
 	}
-	elapsed := time.Since(start)
-	res := stormResult{Approach: approach, N: n, Duration: elapsed}
-	mu.Lock()
-	for name, i := range accepted {
-		res.Latencies = append(res.Latencies, approvedAt[name].Sub(created[i]))
-		res.SinceSeen = append(res.SinceSeen, approvedAt[name].Sub(seenAt[name]))
-		res.SeenLag = append(res.SeenLag, seenAt[name].Sub(created[i]))
+	return nil
+}
+
+// resume watches again from the last event seen: a saturated API server
+// drops watchers that fall behind, and none may be missed (an approval is
+// then seen late, never not at all).
+func (sw *stormWatch) resume(ctx context.Context) error {
+	if sw.rewatches++; sw.rewatches > 20 {
+		return fmt.Errorf("the CSR watch closed %d times", sw.rewatches)
 	}
-	if d := lastCreated.Sub(start); d > 0 {
-		res.CreatedPerSecond = float64(len(accepted)) / d.Seconds()
+	var err error
+	if sw.w, err = sw.client.CertificatesV1().CertificateSigningRequests().Watch(ctx, sw.opts); err != nil {
+		return fmt.Errorf("watching CSRs again: %w", err)
 	}
-	mu.Unlock()
-	res.PerSecond = float64(len(res.Latencies)) / elapsed.Seconds()
-	res.Failed, res.Errors = createErrs.count, createErrs.list
+	return nil
+}
+
+// record notes when one of this run's CSRs was first seen, and says whether
+// this event is the first to show it approved.
+func (sw *stormWatch) record(csr *certv1.CertificateSigningRequest) bool {
+	if !strings.HasPrefix(csr.Name, sw.prefix) {
+		return false
+	}
+	now := time.Now()
+	if _, seen := sw.seenAt[csr.Name]; !seen {
+		sw.seenAt[csr.Name] = now
+	}
+	if _, seen := sw.approvedAt[csr.Name]; seen || !isApproved(csr) {
+		return false
+	}
+	sw.approvedAt[csr.Name] = now
+	return true
+}
+
+// meter samples the peak RSS and the CPU of the agent and (unless the
+// naive approver stands in) the approver during a phase.
+type meter struct {
+	procs map[string]*localcluster.Process
+	peak  map[string]footprintSample
+	cpu0  map[string]float64
+}
+
+func (b *bench) newMeter(phase, approach string) *meter {
+	m := &meter{procs: map[string]*localcluster.Process{"agent": b.agent, "approver": b.approver},
+		peak: map[string]footprintSample{}, cpu0: map[string]float64{}}
+	if approach == "naive" {
+		delete(m.procs, "approver")
+	}
+	for name, p := range m.procs {
+		m.peak[name] = footprintSample{Phase: phase, Process: name, RSSBytes: rssBytes(p.PID())}
+		m.cpu0[name] = cpuSeconds(p.PID())
+	}
+	return m
+}
+
+func (m *meter) sample() {
+	for name, p := range m.procs {
+		if rss := rssBytes(p.PID()); rss > m.peak[name].RSSBytes {
+			s := m.peak[name]
+			s.RSSBytes = rss
+			m.peak[name] = s
+		}
+	}
+}
+
+// addRequests counts the API server's requests on CSRs during the storm,
+// the approver's writes per approval and its mean wait in API Priority and
+// Fairness.
+func (b *bench) addRequests(ctx context.Context, res *stormResult, before apiCounts) error {
 	after, err := b.apiCounts(ctx)
 	if err != nil {
-		return stormResult{}, nil, err
+		return err
 	}
 	if ops := after.apfWaitOps - before.apfWaitOps; ops > 0 {
 		res.APFWaitMillis = (after.apfWait - before.apfWait) / ops * 1000
@@ -349,39 +481,40 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 	if len(res.Latencies) > 0 {
 		res.WritesPerApproval = writes / float64(len(res.Latencies))
 	}
+	return nil
+}
+
+// addFootprint turns the meter's samples into the phase's footprint and,
+// for the real approver, its cost per node and per approval and its own
+// latency histogram's quantiles.
+func (b *bench) addFootprint(ctx context.Context, res *stormResult, m *meter, base approverBase, elapsed time.Duration) ([]footprintSample, error) {
 	var samples []footprintSample
 	for _, name := range []string{"agent", "approver"} {
-		p, ok := procs[name]
+		p, ok := m.procs[name]
 		if !ok {
 			continue
 		}
-		s := peak[name]
-		cpu := cpuSeconds(p.PID()) - cpu0[name]
+		s := m.peak[name]
+		cpu := cpuSeconds(p.PID()) - m.cpu0[name]
 		s.Millicores = cpu / elapsed.Seconds() * 1000
 		samples = append(samples, s)
-		if name == "approver" && len(res.Latencies) > 0 {
-			res.CPUPerApproval = cpu * 1000 / float64(len(res.Latencies))
-			res.RSSPerNode = float64(s.RSSBytes-rssBefore) / float64(n)
-			heap, err := b.approverLiveHeap(ctx)
-			if err != nil {
-				return stormResult{}, nil, err
-			}
-			res.HeapPerNode = (heap - heapBefore) / float64(n)
-			own, err := b.approverHistogram(ctx, "certready_approver_decision_seconds")
-			if err != nil {
-				return stormResult{}, nil, err
-			}
-			res.OwnP50, res.OwnP99 = own.quantile(ownBefore, .5), own.quantile(ownBefore, .99)
+		if name != "approver" || len(res.Latencies) == 0 {
+			continue
 		}
+		res.CPUPerApproval = cpu * 1000 / float64(len(res.Latencies))
+		res.RSSPerNode = float64(s.RSSBytes-base.rss) / float64(res.N)
+		heap, err := b.approverLiveHeap(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.HeapPerNode = (heap - base.heap) / float64(res.N)
+		own, err := b.approverHistogram(ctx, "certready_approver_decision_seconds")
+		if err != nil {
+			return nil, err
+		}
+		res.OwnP50, res.OwnP99 = own.quantile(base.own, .5), own.quantile(base.own, .99)
 	}
-	b.logf("storm %d (%s): seen on the watch -> Approved p50 %s p99 %s; creation -> seen p50 %s p99 %s; approver's own p50 %s p99 %s", n, approach,
-		ms(pct(res.SinceSeen, .5)), ms(pct(res.SinceSeen, .99)), ms(pct(res.SeenLag, .5)), ms(pct(res.SeenLag, .99)), ms(res.OwnP50), ms(res.OwnP99))
-	b.logf("storm %d (%s): %d accepted, %d failed; p50 %s p99 %s, %.1f created/s, %.1f approved/s, %.2f writes per approval", n, approach, len(res.Latencies), res.Failed,
-		ms(pct(res.Latencies, .5)), ms(pct(res.Latencies, .99)), res.CreatedPerSecond, res.PerSecond, res.WritesPerApproval)
-	if res.Failed > 0 {
-		b.logf("storm %d: creations failed: %v", n, createErrs.err())
-	}
-	return res, samples, nil
+	return samples, nil
 }
 
 func isApproved(csr *certv1.CertificateSigningRequest) bool {
