@@ -213,6 +213,7 @@ func startCAPIApprover(t *testing.T, ctx context.Context, kubeconfig string, arg
 // restart.
 func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
+	deployed(t)
 	workers := cluster.Workers()
 	if len(workers) < 2 {
 		t.Skip("needs two workers")

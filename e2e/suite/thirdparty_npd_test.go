@@ -1,8 +1,8 @@
 package suite
 
-// This file runs after scenarios_test.go (go test runs the files of a
-// package in name order): it needs certready installed, and it hands the
-// condition to node-problem-detector and back.
+// node-problem-detector as the condition's writer: it needs certready
+// installed (deployed), and it hands the condition to node-problem-detector
+// and back.
 
 import (
 	"context"
@@ -163,6 +163,7 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 		t.Skip("needs the local cluster with node-problem-detector's daemon (CERTREADY_NPD_BIN, built by make -C e2e bins); kind's offline node image has no NPD image")
 	}
 	ctx := ctxT(t, 12*time.Minute)
+	deployed(t)
 	rec := recordConditions(t, ctx)
 	dir := npdOverlay(t)
 	kubectl := func(args ...string) string {

@@ -128,6 +128,7 @@ func apiserverNames(t *testing.T, ctx context.Context) []string {
 // for: every one stays pending with its rule named.
 func TestHostileRequestsOfEveryClassStayPending(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
+	deployed(t)
 	victim := cluster.Workers()[0]
 	learned := apiserverNames(t, ctx)
 	if len(learned) == 0 {
@@ -246,6 +247,7 @@ func tokenClient(t *testing.T, token string) kubernetes.Interface {
 // issued to this node, and keeps the taint with a Warning on the Node.
 func TestAFalseConditionAloneLiftsNoTaint(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
+	deployed(t)
 	victim := cluster.Workers()[0]
 	n := hostileNode(t, ctx, "rogue-ready", &corev1.NodeSpec{Taints: []corev1.Taint{{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}}}, victim.IP)
 	port := node(t, ctx, victim.Name).Status.DaemonEndpoints.KubeletEndpoint.Port
@@ -289,6 +291,7 @@ func TestAFalseConditionAloneLiftsNoTaint(t *testing.T) {
 // remove the startup taint and set its completion mark, nothing else.
 func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
+	deployed(t)
 	n := hostileNode(t, ctx, "approver-target", &corev1.NodeSpec{Taints: []corev1.Taint{{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}}})
 	token, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "create", "token", "certready-approver", "--duration=10m")
 	if err != nil {
@@ -352,6 +355,7 @@ func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
 // The agent's token records events only about its own Node, in default.
 func TestAgentTokenRecordsEventsOnlyAboutItsNode(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
+	deployed(t)
 	w1, w2 := cluster.Workers()[0].Name, cluster.Workers()[1].Name
 	agent := boundClient(t, ctx, deploy.Namespace, "certready-agent", podOn(t, ctx, deploy.Namespace, "app.kubernetes.io/component=agent", w1))
 	event := func(ns, kind, name string) error {

@@ -1,0 +1,175 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/certready/certready/e2e/localcluster"
+)
+
+// runCertready runs the certready binary built for this host (the
+// operator's tools: preflight, status) and returns its standard output and
+// exit code; a run that could not start or exit fails the test.
+func runCertready(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	bin := os.Getenv("CERTREADY_BIN")
+	if bin == "" {
+		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	}
+	t.Fatalf("certready %s: %v\n%s%s", args[0], err, out, stderr.String())
+	return "", -1
+}
+
+// The safe rollout's preflight, as an operator runs it with a kubeconfig:
+// a node no agent reports on (here a Node object without a kubelet, as a
+// Windows node or one with another kubelet directory looks) would stay
+// tainted by a new NodeReadinessRule; labelling it out clears the way.
+func TestPreflightListsNodesARuleWouldKeepTainted(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	deployed(t)
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	preflight := func() (string, int) { return runCertready(t, ctx, "preflight", "--kubeconfig="+kubeconfig) }
+	for _, w := range cluster.Workers() {
+		waitCondition(t, ctx, w.Name, 2*time.Minute, "ready", hasReason("KubeletServingCertReady", corev1.ConditionFalse))
+	}
+	out, code := preflight()
+	if code != 0 || !strings.Contains(out, "safe to create now") {
+		t.Fatalf("with every worker ready: exit %d\n%s", code, out)
+	}
+	for _, w := range cluster.Workers() {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.Name) + `\s+TaintedBriefly\s`).MatchString(out) {
+			t.Errorf("worker %s is not listed as tainted briefly:\n%s", w.Name, out)
+		}
+	}
+	legacy := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "legacy-1", Labels: map[string]string{"kubernetes.io/os": "windows"}}}
+	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), legacy.Name, metav1.DeleteOptions{})
+	})
+	out, code = preflight()
+	if code != 1 || !regexp.MustCompile(`(?m)^legacy-1\s+StaysTainted\s+no KubeletServingCertNotReady condition`).MatchString(out) ||
+		!strings.Contains(out, "1 of ") {
+		t.Fatalf("with a node no agent reports on: exit %d, want 1 naming legacy-1\n%s", code, out)
+	}
+	t.Logf("preflight with an unreported node (exit %d):\n%s", code, out)
+	if _, err := cluster.Kubectl(ctx, "label", "node", legacy.Name, "certready.io/readiness-rule-opt-out=true"); err != nil {
+		t.Fatal(err)
+	}
+	out, code = preflight()
+	if code != 0 || !regexp.MustCompile(`(?m)^legacy-1\s+Excluded\s`).MatchString(out) {
+		t.Fatalf("after opting legacy-1 out: exit %d\n%s", code, out)
+	}
+}
+
+// writeKubeconfig writes cfg as a kubeconfig file, as an operator has one.
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	caData, certData, keyData := cfg.CAData, cfg.CertData, cfg.KeyData
+	read := func(data []byte, file string) []byte {
+		if len(data) > 0 || file == "" {
+			return data
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: read(caData, cfg.CAFile)}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: read(certData, cfg.CertFile), ClientKeyData: read(keyData, cfg.KeyFile), Token: cfg.BearerToken}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "admin"}
+	kc.CurrentContext = "e2e"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The fleet view (certready status, also kubectl certready) on the real
+// cluster: every node ready with its certificate's expiry and CSR, exit 0;
+// a node no agent reports on is listed by --problems, exit 1.
+func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	deployed(t)
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	type row struct {
+		Node      string     `json:"node"`
+		Ready     bool       `json:"ready"`
+		CSR       string     `json:"csr"`
+		NotAfter  *time.Time `json:"notAfter"`
+		Tainted   bool       `json:"tainted"`
+		Completed []string   `json:"bootstrapCompletedBy"`
+		Problem   string     `json:"problem"`
+	}
+	status := func(args ...string) ([]row, int, string) {
+		out, code := runCertready(t, ctx, append([]string{"status", "--kubeconfig=" + kubeconfig, "-o", "json"}, args...)...)
+		var doc struct{ Nodes []row }
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("certready status -o json: %v\n%s", err, out)
+		}
+		return doc.Nodes, code, out
+	}
+	var rows []row
+	err := localcluster.Poll(ctx, 2*time.Minute, "certready status to report every node ready", func() (bool, error) {
+		var code int
+		rows, code, _ = status()
+		return code == 0 && len(rows) == len(cluster.Nodes()), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, rows)
+	}
+	for _, r := range rows {
+		if !r.Ready || r.Tainted || r.NotAfter == nil || r.NotAfter.Before(time.Now()) {
+			t.Errorf("node %s: %+v", r.Node, r)
+		}
+	}
+	for _, w := range cluster.Workers() {
+		for _, r := range rows {
+			if r.Node == w.Name && (r.CSR == "" || len(r.Completed) == 0) {
+				t.Errorf("worker %s: no issuing CSR or no bootstrap completion mark: %+v", w.Name, r)
+			}
+		}
+	}
+	unreported := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unreported-1"}}
+	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, unreported, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), unreported.Name, metav1.DeleteOptions{})
+	})
+	problems, code, out := status("--problems")
+	if code != 1 || len(problems) != 1 || problems[0].Node != unreported.Name || !strings.Contains(problems[0].Problem, "no certready agent reports on this node") {
+		t.Fatalf("with %s: exit %d, want 1 and only it listed\n%s", unreported.Name, code, out)
+	}
+	t.Logf("certready status --problems (exit %d): %s", code, out)
+}
