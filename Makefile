@@ -9,7 +9,7 @@ BIN := bin/certready
 # approver nor client-go's clientset (bench table 4).
 NODE_BIN := bin/certready-node
 
-.PHONY: all build test unit lint static e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
+.PHONY: all build test unit lint static integration e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
 
 all: build
 
@@ -20,7 +20,7 @@ build: ## Build the static certready binary and its node build (certready-node) 
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/certready
 	CGO_ENABLED=0 $(GO) build -trimpath -tags nodeonly -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/certready
 
-test: prereqs-test lint unit static e2e bench-smoke ## Everything: lint, unit, static manifest checks, e2e (needs root), benchmark smoke run.
+test: prereqs-test lint unit static integration e2e bench-smoke ## Everything: lint, unit, static manifest checks, integration (real API server, no root), e2e (needs root), benchmark smoke run.
 
 prereqs-test prereqs-demo prereqs-kind: ## Check (as root: apt-get install) what 'make test' / 'make demo' need, before any long step.
 	@hack/prereqs.sh $(@:prereqs-%=%)
@@ -40,6 +40,10 @@ lint: ## go vet and gofmt (both modules).
 static: ## Static manifest checks: kustomize builds, Helm chart (SDK: lint, render, equal to the overlays), strict decoding, CRD schema, kind config, promtool alert tests.
 	@echo '== static manifest checks'
 	cd e2e && $(GO) test -count=1 ./static/
+
+integration: ## Integration tests against the real kube-apiserver and etcd on loopback (no root): selectors, the approval subresource, patch preconditions.
+	@echo '== integration tests against the real API server'
+	$(MAKE) -C e2e integration
 
 e2e: ## End-to-end suite against the local cluster of real Kubernetes binaries (root).
 	@echo '== e2e suite on the local cluster'

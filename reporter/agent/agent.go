@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -225,16 +223,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // newInformers watches the agent's own Node and its own kubelet-serving
 // CSRs, caching only what the checks read; every event queues a check.
 func (a *Agent) newInformers() (nodeInformer, csrInformer cache.SharedIndexInformer, err error) {
-	nodeInformer = cache.NewSharedIndexInformer(a.client.Nodes(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
-	}), &corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	csrInformer = cache.NewSharedIndexInformer(a.client.CSRs(func(o *metav1.ListOptions) {
-		// Anyone who may create CSRs can set the label; only the
-		// kubelet-serving signer's are cached (the approver corrects the
-		// label on those), so others cannot fill this cache.
-		o.LabelSelector = labels.Set{names.NodeLabel: a.cfg.NodeName}.String()
-		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
-	}), &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	nodeInformer = cache.NewSharedIndexInformer(a.client.Nodes(observe.NodeSelector(a.cfg.NodeName)),
+		&corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	csrInformer = cache.NewSharedIndexInformer(a.client.CSRs(observe.CSRSelector(a.cfg.NodeName)),
+		&certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 	if err := nodeInformer.SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
 		return nil, nil, err
 	}

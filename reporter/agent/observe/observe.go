@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/certready/certready/internal/fingerprint"
@@ -191,6 +192,25 @@ func ListBySigner(ctx context.Context, api nodeapi.API, node string) ([]*certv1.
 	return out, nil
 }
 
+// NodeSelector selects node's own Node and nothing else: the agent reads
+// no other.
+func NodeSelector(node string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+	}
+}
+
+// CSRSelector selects the kubelet-serving CSRs labelled for node. Anyone
+// who may create CSRs can set the label; only the kubelet-serving signer's
+// are selected (the approver corrects the label on those), so others
+// cannot fill the agent's cache.
+func CSRSelector(node string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.Set{names.NodeLabel: node}.String()
+		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()
+	}
+}
+
 // APICSRs reads a node's CSRs from the API on every check (check's source:
 // it runs once, so it has no cache to read).
 type APICSRs struct {
@@ -201,10 +221,9 @@ type APICSRs struct {
 // Evidence lists the labelled CSRs, then, by the same rule as the agent,
 // the signer's.
 func (a APICSRs) Evidence(ctx context.Context, _ time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
-	list, err := a.Client.ListCSRs(ctx, metav1.ListOptions{
-		LabelSelector: names.NodeLabel + "=" + a.Node,
-		FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String(),
-	})
+	var opts metav1.ListOptions
+	CSRSelector(a.Node)(&opts)
+	list, err := a.Client.ListCSRs(ctx, opts)
 	if err != nil {
 		return csrmatch.Result{}, fmt.Errorf("listing CSRs labelled %s=%s: %w", names.NodeLabel, a.Node, err)
 	}
