@@ -9,7 +9,7 @@ BIN := bin/certready
 # approver nor client-go's clientset (bench table 4).
 NODE_BIN := bin/certready-node
 
-.PHONY: all build test unit lint static integration e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
+.PHONY: release all build test unit lint static integration e2e demo demo-down bench bench-smoke image kind-up e2e-kind kind-node-image kind-down clean help prereqs-test prereqs-demo prereqs-kind
 
 all: build
 
@@ -30,12 +30,14 @@ unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e modu
 	$(GO) test -race -count=1 ./...
 	cd e2e && $(GO) test -race -count=1 ./cmd/... ./provider/
 
-lint: ## go vet and gofmt (both modules).
-	@echo '== lint: go vet, gofmt'
+lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, and the node build).
+	@echo '== lint: go vet, gofmt, golangci-lint'
 	$(GO) vet ./...
+	$(GO) vet -tags nodeonly ./cmd/...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
+	@lint=$$(hack/golangci-lint.sh) && $$lint run ./... && $$lint run --build-tags nodeonly ./cmd/... && cd e2e && $$lint run ./...
 
 static: ## Static manifest checks: kustomize builds, Helm chart (SDK: lint, render, equal to the overlays), strict decoding, CRD schema, kind config, promtool alert tests.
 	@echo '== static manifest checks'
@@ -61,8 +63,10 @@ demo: prereqs-demo ## Start the local cluster (root), deploy certready, show the
 demo-down: ## Stop the demo cluster; leaves nothing behind.
 	$(MAKE) -C e2e demo-down
 
+# The shipped overlays and the chart's default reference certready:dev:
+# 'make image' tags that too, so what it builds is what they run.
 IMAGE ?= certready:$(VERSION)
-image: build ## Container image IMAGE (certready:<version>) from the binary just built, on scratch: no registry needed. 'docker build .' builds from source.
+image: build ## Container image IMAGE (certready:<version>, also tagged certready:dev, which the overlays use) from the binary just built, on scratch: no registry needed. 'docker build .' builds from source.
 	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers (docker info failed); build the image where Docker runs."; exit 1; }
 	@rm -rf bin/image-root && mkdir -p bin/image-root/usr/local/bin bin/image-root/etc/ssl/certs
 	@cp $(BIN) bin/image-root/usr/local/bin/certready
@@ -70,8 +74,14 @@ image: build ## Container image IMAGE (certready:<version>) from the binary just
 	@printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > bin/image-root/etc/passwd
 	@printf 'root:x:0:\nnonroot:x:65532:\n' > bin/image-root/etc/group
 	@if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cp /etc/ssl/certs/ca-certificates.crt bin/image-root/etc/ssl/certs/; fi
-	docker build -q --target prebuilt --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+	docker build -q --target prebuilt --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) -t certready:dev .
 	@echo "make image: $(IMAGE) ($$(docker image inspect -f '{{.Size}}' $(IMAGE) | awk '{printf "%.1f MiB", $$1/1048576}'))"
+
+RELEASE_DIR ?= dist
+IMAGE_REPO ?= certready
+release: ## Release artifacts offline into dist/VERSION/: static binaries (linux/amd64, arm64; also kubectl-certready), the image as an OCI archive, the packaged chart, rendered overlays, SHA256SUMS. VERSION=x.y.z
+	@if ! echo '$(VERSION)' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$'; then echo "make release: VERSION=x.y.z (no leading v), not '$(VERSION)'"; exit 2; fi
+	cd e2e && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./cmd/release --version $(VERSION) --commit $(COMMIT) --image-repo $(IMAGE_REPO) --out $(abspath $(RELEASE_DIR)) --repo $(CURDIR)
 
 kind-up: prereqs-kind ## Create the kind cluster (kind, and offline a node image, built here), load the image, apply the manifests (needs a Docker engine).
 	kind/kind-up.sh

@@ -61,7 +61,7 @@ func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool))
 		env := EnvName(f.Name)
 		if v, ok := getenv(env); ok && v != "" {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment variable %s=%q (for --%s): %v", env, v, f.Name, serr)
+				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
 			}
 		}
 	})

@@ -11,6 +11,7 @@ package criruntime
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -329,7 +330,7 @@ func (r *Runtime) launch(id, bin, path string, files map[string]string, cfg *kub
 		code := int32(0)
 		if err != nil {
 			code = 1
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				code = int32(ee.ExitCode())
 				if code < 0 {
 					code = 137

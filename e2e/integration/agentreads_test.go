@@ -64,7 +64,7 @@ func createNode(t *testing.T, ctx context.Context, name string, addrs ...corev1.
 
 func listNames(t *testing.T, lw cache.ListerWatcher) []string {
 	t.Helper()
-	obj, err := lw.List(metav1.ListOptions{})
+	obj, err := cache.ToListerWithContext(lw).ListWithContext(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,12 +87,6 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// kill ends p at once, as a crash would.
-func (p *proc) kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exit
-}
-
 func (p *proc) running() bool {
 	select {
 	case <-p.exit:

@@ -42,7 +42,7 @@ var _ Cluster = (*Kind)(nil)
 func NewKind(name, stateDir string) (*Kind, error) {
 	opt, err := kindcluster.DetectNodeProvider()
 	if err != nil || opt == nil {
-		return nil, fmt.Errorf("kind needs a container engine (docker, podman or nerdctl) and none answers: %v", err)
+		return nil, fmt.Errorf("kind needs a container engine (docker, podman or nerdctl) and none answers: %w", err)
 	}
 	p := kindcluster.NewProvider(opt)
 	kc, err := p.KubeConfig(name, false)

@@ -223,7 +223,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-errs:
-			return false, fmt.Errorf("agent or approver stopped: %v", err)
+			return false, fmt.Errorf("agent or approver stopped: %w", err)
 		default:
 		}
 		served = scrape(agentReg)

@@ -39,7 +39,7 @@ func benchNode(i int) *corev1.Node {
 	}
 	for _, m := range []string{"bench", "kube-controller-manager", "certready-approver"} {
 		n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastHeartbeatTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}}}}`)}})
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastHeartbeatTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}}}}`)})
 	}
 	return n
 }

@@ -429,7 +429,7 @@ func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock()
-	c = h.waitFor(verdict.CertificateMissing)
+	h.waitFor(verdict.CertificateMissing)
 	h.mu.Lock()
 	for _, p := range h.patches[stalledAt:] {
 		if p.Status == corev1.ConditionFalse {

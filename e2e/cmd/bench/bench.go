@@ -124,8 +124,10 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	}
 	// The agent has listed, watched and patched by now: a flow schema that
 	// counted none of it would report an idle agent whatever it did.
-	if k, err := dispatched(ctx, c); err != nil || k == 0 {
-		return nil, fmt.Errorf("flow schema %s counted %v of the agent's requests (%v): the API load figures would be wrong", agentFlow, k, err)
+	if k, err := dispatched(ctx, c); err != nil {
+		return nil, fmt.Errorf("reading flow schema %s's count of the agent's requests: %w", agentFlow, err)
+	} else if k == 0 {
+		return nil, fmt.Errorf("flow schema %s counted none of the agent's requests: the API load figures would be wrong", agentFlow)
 	}
 	return b, nil
 }

@@ -389,7 +389,10 @@ func (sw *stormWatch) follow(ctx context.Context, c *creations, m *meter, timeou
 		case <-deadline:
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return fmt.Errorf("%d CSRs approved, %d accepted, in time (creations: %v)", len(sw.approvedAt), len(c.accepted), c.errs.err())
+			if err := c.errs.err(); err != nil {
+				return fmt.Errorf("%d CSRs approved, %d accepted, in time (creations: %w)", len(sw.approvedAt), len(c.accepted), err)
+			}
+			return fmt.Errorf("%d CSRs approved, %d accepted, in time (every creation accepted)", len(sw.approvedAt), len(c.accepted))
 		}
 	}
 	return nil

@@ -141,7 +141,7 @@ func node(args []string) error {
 			}
 			fmt.Fprintln(os.Stderr, "localnode: SIGHUP: restarting the kubelet")
 		case err := <-k.exited:
-			return fmt.Errorf("the kubelet exited: %v", err)
+			return fmt.Errorf("the kubelet exited: %w", err)
 		}
 	}
 }
@@ -167,10 +167,10 @@ func startKubelet(argv []string) (*kubeletProc, error) {
 func (k *kubeletProc) stop() {
 	_ = k.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-k.exited:
+	case <-k.exited: //nolint:errcheck // its exit status after SIGTERM says nothing
 	case <-time.After(5 * time.Second):
 		_ = k.cmd.Process.Kill()
-		<-k.exited
+		<-k.exited //nolint:errcheck // killed: its exit status says nothing
 	}
 }
 
@@ -192,7 +192,7 @@ func (p *ipPool) take() (string, error) {
 	case ip := <-p.free:
 		out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "v0").CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "File exists") {
-			return "", fmt.Errorf("adding pod address %s: %v: %s", ip, err, out)
+			return "", fmt.Errorf("adding pod address %s: %w: %s", ip, err, out)
 		}
 		return ip, nil
 	default:

@@ -138,7 +138,7 @@ func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 		}
 		cert, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("CERTIFICATE block %d does not parse: %v", len(certs)+1, err)
+			return nil, fmt.Errorf("CERTIFICATE block %d does not parse: %w", len(certs)+1, err)
 		}
 		certs = append(certs, cert)
 		rest = rest[end:]
@@ -219,7 +219,7 @@ func LoadCA(path string) (*x509.CertPool, error) {
 	}
 	certs, err := ParseCertificates(data)
 	if err != nil {
-		return nil, fmt.Errorf("CA file %s: %v", path, err)
+		return nil, fmt.Errorf("CA file %s: %w", path, err)
 	}
 	pool := x509.NewCertPool()
 	for _, c := range certs {

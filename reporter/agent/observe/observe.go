@@ -181,7 +181,7 @@ func ListBySigner(ctx context.Context, api nodeapi.API, node string) ([]*certv1.
 	if !cache.WaitForCacheSync(lctx.Done(), inf.HasSynced) {
 		mu.Lock()
 		defer mu.Unlock()
-		return nil, fmt.Errorf("listing kubelet-serving CSRs: not done within 30s (last error: %v)", lastErr)
+		return nil, fmt.Errorf("listing kubelet-serving CSRs: not done within 30s (last error: %w)", lastErr)
 	}
 	var out []*certv1.CertificateSigningRequest
 	for _, obj := range inf.GetStore().List() {

@@ -430,7 +430,7 @@ func (e machineEvents) Event(obj runtime.Object, eventtype, reason, message stri
 		return
 	}
 	node, ok := names.NodeOf(csr.Spec.Username)
-	var target runtime.Object = e.cluster
+	target := e.cluster
 	if ok {
 		if ms := e.inv.Machines(node); len(ms) == 1 {
 			target = ms[0]

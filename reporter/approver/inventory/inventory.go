@@ -84,7 +84,7 @@ func Parse(data []byte) (map[string]Entry, error) {
 		for _, s := range r.IPs {
 			ip, err := netip.ParseAddr(s)
 			if err != nil {
-				return nil, fmt.Errorf("node %s: ip %q: %v", name, s, err)
+				return nil, fmt.Errorf("node %s: ip %q: %w", name, s, err)
 			}
 			e.IPs = append(e.IPs, ip)
 		}

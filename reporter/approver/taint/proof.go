@@ -67,7 +67,7 @@ func (p *Prover) Prove(ctx context.Context, node *corev1.Node) error {
 		return fmt.Errorf("the kubelet serves no certificate: %s", res.Describe())
 	}
 	if res.VerifyErr != nil {
-		return fmt.Errorf("%s presents %s, which does not verify for %s (%s) against the kubelet CA: %v", res.Addr, res.Fingerprint, info.Dial, info.DialType, res.VerifyErr)
+		return fmt.Errorf("%s presents %s, which does not verify for %s (%s) against the kubelet CA: %w", res.Addr, res.Fingerprint, info.Dial, info.DialType, res.VerifyErr)
 	}
 	if cn, orgs := res.Leaf.Subject.CommonName, res.Leaf.Subject.Organization; cn != names.NodeUser(node.Name) || !slices.Contains(orgs, names.NodesGroup) {
 		return fmt.Errorf("%s presents %s for %q %v, not for %s", res.Addr, res.Fingerprint, cn, orgs, names.NodeUser(node.Name))
