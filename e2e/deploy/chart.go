@@ -31,10 +31,9 @@ func Chart(ctx context.Context, c provider.Cluster, dir string, values map[strin
 	if err != nil {
 		return fmt.Errorf("loading the chart %s: %w", dir, err)
 	}
-	cfg := new(action.Configuration)
-	getter := restGetter{cfg: c.AdminConfig(), namespace: ReleaseNamespace}
-	if err := cfg.Init(getter, ReleaseNamespace, "secret", func(format string, args ...any) { logf("helm: "+format, args...) }); err != nil {
-		return fmt.Errorf("helm: %w", err)
+	cfg, err := helmConfig(c, logf)
+	if err != nil {
+		return err
 	}
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace, install.Timeout = "certready", ReleaseNamespace, 2*time.Minute
@@ -45,6 +44,39 @@ func Chart(ctx context.Context, c provider.Cluster, dir string, values map[strin
 	}
 	logf("helm: release %s revision %d %s, %d objects", rel.Name, rel.Version, rel.Info.Status, strings.Count(rel.Manifest, "\nkind: "))
 	return WaitRollout(ctx, c, logf)
+}
+
+func helmConfig(c provider.Cluster, logf func(string, ...any)) (*action.Configuration, error) {
+	cfg := new(action.Configuration)
+	getter := restGetter{cfg: c.AdminConfig(), namespace: ReleaseNamespace}
+	if err := cfg.Init(getter, ReleaseNamespace, "secret", func(format string, args ...any) { logf("helm: "+format, args...) }); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// ChartTest runs the release's test hooks, as `helm test certready` does:
+// the chart's `certready status --problems` pod. On failure it returns the
+// pod's output.
+func ChartTest(ctx context.Context, c provider.Cluster, logf func(string, ...any)) (string, error) {
+	cfg, err := helmConfig(c, logf)
+	if err != nil {
+		return "", err
+	}
+	test := action.NewReleaseTesting(cfg)
+	test.Namespace, test.Timeout = ReleaseNamespace, 2*time.Minute
+	rel, runErr := test.Run("certready")
+	if runErr == nil {
+		// A passed test pod is deleted (hook-succeeded): nothing to show.
+		return "every node ready", ctx.Err()
+	}
+	var out strings.Builder
+	if rel != nil {
+		if err := test.GetPodLogs(&out, rel); err != nil {
+			fmt.Fprintf(&out, "(pod logs: %v)", err)
+		}
+	}
+	return out.String(), fmt.Errorf("helm test certready: %w", runErr)
 }
 
 // restGetter gives Helm the cluster admin's client configuration.

@@ -250,6 +250,11 @@ var everyValue = map[string]any{
 		"affinity":       map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}}}}}}},
 		"maxUnavailable": 3, "resources": map[string]any{"limits": map[string]any{"memory": "200Mi"}},
 		"kubeletPKIDir": "/srv/kubelet/pki", "kubeletPreferredAddressTypes": []any{"InternalIP", "ExternalIP"}, "extraArgs": []any{"--heartbeat=2m"},
+		"podLabels": map[string]any{"team": "platform"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
+		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+		"extraVolumes":      []any{map[string]any{"name": "extra-ca", "configMap": map[string]any{"name": "extra-ca"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": true}},
+		"serviceAccount":    map[string]any{"create": true, "name": "", "annotations": map[string]any{"example.com/owner": "platform"}},
 	},
 	"approver": map[string]any{
 		"replicas": 3, "priorityClassName": "", "nodeSelector": map[string]any{"pool": "system"},
@@ -263,6 +268,11 @@ var everyValue = map[string]any{
 		"policy": map[string]any{"allowedCIDRs": []any{"10.0.0.0/8", "fd00::/8"}, "denyCIDRs": []any{"10.9.0.0/16"}, "apiserverIPs": []any{"10.0.0.1"},
 			"apiserverNames": []any{"api.example"}, "allowSharedAddresses": true, "maxExpiration": "720h", "maxPending": 7, "maxSANs": 40, "maxRequestBytes": 16384, "denyOnMismatch": true},
 		"extraArgs": []any{"--workers=8"},
+		"podLabels": map[string]any{"team": "platform"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
+		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+		"extraVolumes":      []any{map[string]any{"name": "extra-ca", "configMap": map[string]any{"name": "extra-ca"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": true}},
+		"serviceAccount":    map[string]any{"create": true, "name": "acme-approver", "annotations": map[string]any{"example.com/owner": "platform"}},
 	},
 	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
 	"criticalPodsQuota": map[string]any{"enabled": false},
@@ -352,7 +362,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"FlowSchema priority level", len(kinds["FlowSchema"]) == 1 && strings.Contains(mustJSON(kinds["FlowSchema"][0]), `"global-default"`)},
 		{"policies name the renamed service accounts and the condition type", len(kinds["ValidatingAdmissionPolicy"]) == 4 &&
 			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-certready-agent'") &&
-			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-certready-approver'") &&
+			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-approver'") &&
 			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "'ServingCertNotProven'")},
 		{"criticalPodsQuota.enabled=false", len(kinds["ResourceQuota"]) == 0},
 		{"taint.mode=nrc: one rule (no placement rule), dry run, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
@@ -363,6 +373,17 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
 		{"ServiceMonitor interval and namespace", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) && strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"matchNames":["platform-certs"]`)},
 		{"conditionType on the agent's ServiceAccount", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
+		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
+			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
+		{"extraEnv in both containers", slices.ContainsFunc(a.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) &&
+			slices.ContainsFunc(p.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" })},
+		{"extraVolumes and extraVolumeMounts in both pods", slices.ContainsFunc(a.Volumes, func(v corev1.Volume) bool { return v.Name == "extra-ca" }) &&
+			slices.ContainsFunc(p.Volumes, func(v corev1.Volume) bool { return v.Name == "extra-ca" }) &&
+			slices.ContainsFunc(a.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/extra-ca" }) &&
+			slices.ContainsFunc(p.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/extra-ca" })},
+		{"serviceAccount.name and annotations", p.ServiceAccountName == "acme-approver" && a.ServiceAccountName == "acme-certready-agent" &&
+			saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-approver", "example.com/owner") == "platform" &&
+			saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-certready-agent", "example.com/owner") == "platform"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -539,5 +560,111 @@ func TestCAPIManagementRBAC(t *testing.T) {
 	dep := find[*appsv1.Deployment](objs)
 	if len(dep) != 1 || !slices.Contains(dep[0].Spec.Template.Spec.Containers[0].Args, "--cluster-api") || len(find[*appsv1.DaemonSet](objs)) != 0 {
 		t.Errorf("want the approver with --cluster-api and no agent")
+	}
+}
+
+func saAnnotationKey(sas []*corev1.ServiceAccount, name, key string) string {
+	for _, sa := range sas {
+		if sa.Name == name {
+			return sa.Annotations[key]
+		}
+	}
+	return ""
+}
+
+// The conventions an operator expects of a chart: no PDB that could block a
+// drain (one replica), existing service accounts used by name and bound,
+// and the file: inventory mounted from a ConfigMap through extraVolumes.
+func TestChartConventions(t *testing.T) {
+	kinds := func(values map[string]any) (map[string]int, []runtime.Object) {
+		objs := mustRender(t, values)
+		n := map[string]int{}
+		for _, m := range objs {
+			n[m["kind"].(string)]++
+		}
+		return n, decodeStrict(t, objs)
+	}
+	if n, _ := kinds(nil); n["PodDisruptionBudget"] != 1 {
+		t.Errorf("defaults (2 replicas): %d PodDisruptionBudgets, want 1", n["PodDisruptionBudget"])
+	}
+	if n, _ := kinds(map[string]any{"approver": map[string]any{"replicas": 1}}); n["PodDisruptionBudget"] != 0 {
+		t.Errorf("one replica: %d PodDisruptionBudgets, want none (it would block every drain)", n["PodDisruptionBudget"])
+	}
+
+	n, objs := kinds(map[string]any{
+		"agent":    map[string]any{"serviceAccount": map[string]any{"create": false, "name": "existing-agent"}},
+		"approver": map[string]any{"serviceAccount": map[string]any{"create": false, "name": "existing-approver"}},
+	})
+	if n["ServiceAccount"] != 0 {
+		t.Errorf("serviceAccount.create=false: %d ServiceAccounts rendered", n["ServiceAccount"])
+	}
+	if ds := find[*appsv1.DaemonSet](objs); len(ds) != 1 || ds[0].Spec.Template.Spec.ServiceAccountName != "existing-agent" {
+		t.Errorf("the agent does not run as existing-agent")
+	}
+	if dep := find[*appsv1.Deployment](objs); len(dep) != 1 || dep[0].Spec.Template.Spec.ServiceAccountName != "existing-approver" {
+		t.Errorf("the approver does not run as existing-approver")
+	}
+	bound := map[string]bool{}
+	for _, b := range find[*rbacv1.ClusterRoleBinding](objs) {
+		for _, s := range b.Subjects {
+			bound[s.Name] = true
+		}
+	}
+	if !bound["existing-agent"] || !bound["existing-approver"] {
+		t.Errorf("ClusterRoleBindings bind %v, want both existing accounts", bound)
+	}
+
+	_, objs = kinds(map[string]any{"approver": map[string]any{
+		"inventory":         "file:/etc/certready/inventory/nodes.yaml",
+		"extraVolumes":      []any{map[string]any{"name": "inventory", "configMap": map[string]any{"name": "certready-inventory"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "inventory", "mountPath": "/etc/certready/inventory", "readOnly": true}},
+	}})
+	dep := find[*appsv1.Deployment](objs)
+	if len(dep) != 1 {
+		t.Fatalf("%d Deployments", len(dep))
+	}
+	spec := dep[0].Spec.Template.Spec
+	if !slices.Contains(spec.Containers[0].Args, "--inventory=file:/etc/certready/inventory/nodes.yaml") ||
+		len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "certready-inventory" ||
+		len(spec.Containers[0].VolumeMounts) != 1 || spec.Containers[0].VolumeMounts[0].MountPath != "/etc/certready/inventory" {
+		t.Errorf("file inventory through extraVolumes: args %v, volumes %+v, mounts %+v", spec.Containers[0].Args, spec.Volumes, spec.Containers[0].VolumeMounts)
+	}
+}
+
+// The chart's README lists every value of values.yaml (opaque maps such as
+// nodeSelector or resources as one row), so no value is undocumented.
+func TestChartReadmeListsEveryValue(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opaque := map[string]bool{"nodeSelector": true, "affinity": true, "labels": true, "resources": true,
+		"podLabels": true, "podAnnotations": true, "annotations": true}
+	var walk func(prefix string, m map[string]any)
+	n := 0
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			path := prefix + k
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !opaque[k] {
+				walk(path+".", sub)
+				continue
+			}
+			n++
+			if !bytes.Contains(readme, []byte("`"+path+"`")) {
+				t.Errorf("charts/certready/README.md does not list `%s`", path)
+			}
+		}
+	}
+	walk("", values)
+	if n < 50 {
+		t.Errorf("only %d values found: is values.yaml read?", n)
 	}
 }

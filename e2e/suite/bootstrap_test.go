@@ -114,6 +114,12 @@ func TestWorkersGetUntaintedAndServeLogsWithoutAHuman(t *testing.T) {
 		t.Fatalf("kubectl logs after approval: %v %s", err, out)
 	}
 	t.Logf("after certready: kubectl logs works: %s", strings.TrimSpace(out))
+	// The chart's own test: certready status --problems in the cluster.
+	status, err := deploy.ChartTest(ctx, cluster, t.Logf)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, status)
+	}
+	t.Logf("helm test certready passed:\n%s", status)
 }
 
 // Approver stopped when a worker joins: it stays tainted with CSRPending;

@@ -48,11 +48,11 @@ app.kubernetes.io/component: {{ . }}
 {{- end -}}
 
 {{- define "certready.agentServiceAccount" -}}
-{{- include "certready.fullname" . }}-agent
+{{- default (printf "%s-agent" (include "certready.fullname" .)) .Values.agent.serviceAccount.name -}}
 {{- end -}}
 
 {{- define "certready.approverServiceAccount" -}}
-{{- include "certready.fullname" . }}-approver
+{{- default (printf "%s-approver" (include "certready.fullname" .)) .Values.approver.serviceAccount.name -}}
 {{- end -}}
 
 {{/* The startup taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
