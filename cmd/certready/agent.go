@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/clientmetrics"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
@@ -84,6 +85,7 @@ func runAgent(ctx context.Context, args []string) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	clientmetrics.Register(reg, "agent", version, commit) // before agent.New makes its queue
 	ready := httpserve.NewReadiness("caches not synced, no check completed")
 	a, err := agent.New(cfg, client, reg, ready)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/certready/certready/internal/clientmetrics"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
@@ -182,6 +183,7 @@ func runApprover(ctx context.Context, args []string) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	clientmetrics.Register(reg, "approver", version, commit) // before approver.Run makes its queues
 	ready := httpserve.NewReadiness("caches not synced")
 	return serveAndRun(ctx, reg, ready, f.metricsAddr, f.healthAddr, f.profiling, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)

@@ -371,7 +371,8 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"taint.mode=nrc: no taint fallback and its RBAC", !slices.ContainsFunc(p.Containers[0].Args, func(s string) bool { return strings.HasPrefix(s, "--remove-startup-taint") }) &&
 			!slices.ContainsFunc(find[*rbacv1.ClusterRole](objs), func(r *rbacv1.ClusterRole) bool { return strings.HasSuffix(r.Name, "taint-fallback") })},
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
-		{"ServiceMonitor interval and namespace", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) && strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"matchNames":["platform-certs"]`)},
+		{"ServiceMonitor interval, in the release's namespace, no namespace pinned", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) &&
+			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"namespace":"platform-certs"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `namespaceSelector`)},
 		{"conditionType on the agent's ServiceAccount", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
 		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},

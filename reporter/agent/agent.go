@@ -315,10 +315,10 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	in = a.check.Run(ctx, in, node)
 	if in.File.State == certfile.Present {
-		a.metrics.notAfter.Set(float64(in.File.Leaf.NotAfter.Unix()))
+		a.metrics.setNotAfter(float64(in.File.Leaf.NotAfter.Unix()))
 		a.metrics.observation.Set(1)
 	} else {
-		a.metrics.notAfter.Set(0)
+		a.metrics.setNotAfter(0)
 		a.metrics.observation.Set(0)
 	}
 	if err := ctx.Err(); err != nil {

@@ -13,19 +13,20 @@ import (
 // no series carries a node label (the scrape target adds it), and none ever
 // carries key material.
 type metrics struct {
-	ready         prometheus.Gauge
-	reason        *prometheus.GaugeVec
-	notAfter      prometheus.Gauge
-	observation   prometheus.Gauge
-	checkPassed   *prometheus.GaugeVec
-	checkDuration *prometheus.HistogramVec
-	transitions   *prometheus.CounterVec
-	lastSuccess   prometheus.Gauge
-	writes        *prometheus.CounterVec
-	events        *prometheus.CounterVec
-	foreign       prometheus.Counter
-	stalled       prometheus.Gauge
-	clockSkew     prometheus.Gauge
+	ready              prometheus.Gauge
+	reason             *prometheus.GaugeVec
+	notAfter           prometheus.Gauge
+	notAfterDeprecated prometheus.Gauge
+	observation        prometheus.Gauge
+	checkPassed        *prometheus.GaugeVec
+	checkDuration      *prometheus.HistogramVec
+	transitions        *prometheus.CounterVec
+	lastSuccess        prometheus.Gauge
+	writes             *prometheus.CounterVec
+	events             *prometheus.CounterVec
+	foreign            prometheus.Counter
+	stalled            prometheus.Gauge
+	clockSkew          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,8 +40,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 for the reason of the last published condition, 0 for every other reason.",
 		}, []string{"reason"}),
 		notAfter: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "certready_certificate_not_after_seconds",
+			Name: "certready_certificate_not_after_timestamp_seconds",
 			Help: "NotAfter of the installed kubelet serving certificate, as Unix seconds (0 when none is installed).",
+		}),
+		notAfterDeprecated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_certificate_not_after_seconds",
+			Help: "Deprecated: use certready_certificate_not_after_timestamp_seconds (Prometheus's naming for a timestamp); removed in the release after the next.",
 		}),
 		observation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_observation_available",
@@ -84,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "The node's clock minus the API server's (the Date of its responses), at the last check; negative: the node is behind.",
 		}),
 	}
-	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
+	reg.MustRegister(m.ready, m.reason, m.notAfter, m.notAfterDeprecated, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
 		m.foreign, m.stalled, m.clockSkew)
 	for _, r := range verdict.AllReasons {
 		m.reason.WithLabelValues(string(r)).Set(0)
@@ -132,4 +137,11 @@ func (m *metrics) published(v verdict.Verdict, now time.Time, transitioned bool)
 	if v.Status != corev1.ConditionUnknown {
 		m.lastSuccess.Set(float64(now.Unix()))
 	}
+}
+
+// setNotAfter records the installed certificate's NotAfter (Unix seconds, 0
+// for none) under its name and, for one more release, its deprecated one.
+func (m *metrics) setNotAfter(v float64) {
+	m.notAfter.Set(v)
+	m.notAfterDeprecated.Set(v)
 }
