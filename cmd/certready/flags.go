@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -24,12 +25,18 @@ func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// helpOf holds each flag set's help text (see parseOrExit).
+var helpOf = map[*pflag.FlagSet]func(io.Writer){}
+
 // newFlagSet returns a flag set whose help lists each flag's env variable.
+// Help goes to stdout when asked for (--help), errors to stderr, each once.
 func newFlagSet(name, summary string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s):\n%s",
+	fs.SetOutput(io.Discard) // pflag's own error and usage printing: parseOrExit prints
+	fs.Usage = func() {}
+	helpOf[fs] = func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s):\n%s",
 			name, summary, EnvPrefix, EnvName("node-name"), fs.FlagUsages())
 	}
 	return fs

@@ -13,15 +13,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 )
 
-func (k *kubeFlags) client(userAgent string) (kubernetes.Interface, error) {
-	cfg, err := k.config(userAgent)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
-}
-
-// protobufClient is client, talking protobuf (the approver's clients).
+// protobufClient is a client talking protobuf (the approver's clients).
 func (k *kubeFlags) protobufClient(userAgent string) (kubernetes.Interface, error) {
 	cfg, err := k.config(userAgent)
 	if err != nil {
@@ -30,12 +22,13 @@ func (k *kubeFlags) protobufClient(userAgent string) (kubernetes.Interface, erro
 	return kubernetes.NewForConfig(protobuf(cfg))
 }
 
-// listNodes reads every Node, in pages, for the read-only fleet commands.
-func listNodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
+// listNodes reads every Node (matching the label selector, when given), in
+// pages, for the read-only fleet commands.
+func listNodes(ctx context.Context, client kubernetes.Interface, selector string) ([]corev1.Node, error) {
 	var nodes []corev1.Node
 	err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return client.CoreV1().Nodes().List(ctx, o)
-	}).EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+	}).EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
 		nodes = append(nodes, *obj.(*corev1.Node))
 		return nil
 	})

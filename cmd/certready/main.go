@@ -54,39 +54,25 @@ func commands() []command {
 	return out
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "certready keeps nodes from taking workloads until their kubelet can really serve TLS.\n\nUsage: certready <command> [flags]\n\nCommands:\n")
-	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-11s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintf(os.Stderr, "\nRun 'certready <command> --help' for a command's flags.\n")
+func main() {
+	args := pluginArgs(os.Args[0], os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := execute(ctx, args)
+	stop()
+	os.Exit(code)
 }
 
-func main() {
-	// As the kubectl plugin kubectl-certready, 'kubectl certready' alone
-	// is the fleet view.
-	if len(os.Args) == 1 && strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-certready") {
-		os.Args = append(os.Args, "status")
+// pluginArgs maps a kubectl plugin invocation onto the commands:
+// 'kubectl certready' and 'kubectl certready -o wide' (flags, no command)
+// are the fleet view, status.
+func pluginArgs(argv0 string, args []string) []string {
+	if !strings.HasPrefix(filepath.Base(argv0), "kubectl-certready") {
+		return args
 	}
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+	if len(args) == 0 || (strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help") {
+		return append([]string{"status"}, args...)
 	}
-	name := os.Args[1]
-	if name == "-h" || name == "--help" || name == "help" {
-		usage()
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	for _, c := range commands() {
-		if c.name == name {
-			os.Exit(c.run(ctx, os.Args[2:]))
-		}
-	}
-	fmt.Fprintf(os.Stderr, "certready: unknown command %q\n\n", name)
-	usage()
-	os.Exit(2)
+	return args
 }
 
 // parseOrExit parses flags; it returns an exit code when the caller must stop
@@ -95,9 +81,12 @@ func parseOrExit(fs *pflag.FlagSet, args []string) int {
 	err := parse(fs, args, os.LookupEnv)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
+		if help := helpOf[fs]; help != nil {
+			help(os.Stdout)
+		}
 		return 0
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "certready %s: %v\n", fs.Name(), err)
+		fmt.Fprintf(os.Stderr, "certready %s: %v\nRun 'certready %s --help' for its flags.\n", fs.Name(), err, fs.Name())
 		return 2
 	}
 	return -1

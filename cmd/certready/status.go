@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,67 +11,128 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
 )
 
-// runStatus prints the fleet view: one line per node. Exit 0: every
+// newStatusCommand is the fleet view: one line per node. Exit 0: every
 // (listed) node is ready; 1: some are not; 2: could not read the cluster.
-func runStatus(ctx context.Context, args []string) int {
-	fs := newFlagSet("status", "One line per node: the KubeletServingCertNotReady condition, its reason and age, the serving\n"+
-		"certificate's expiry and the CSR that issued it, the readiness taint, and who marked the bootstrap\n"+
-		"complete. Read-only; uses your kubeconfig. Also the kubectl plugin 'kubectl certready status'\n"+
-		"(install the binary as kubectl-certready on your PATH).\n"+
-		"Exit 0: every node listed is ready; 1: some are not; 2: error.")
-	var kf kubeFlags
-	var output, condType, taintKey string
-	var problems bool
-	var staleAfter time.Duration
-	fs.StringVarP(&output, "output", "o", "table", "table, wide (with messages), json or yaml.")
+func newStatusCommand() *cobra.Command {
+	var output, condType, taintKey, selector string
+	var problems, noHeaders bool
+	var maxAge time.Duration
+	cmd := &cobra.Command{
+		Use:     "status",
+		GroupID: "fleet",
+		Short:   "Which nodes are not ready and why: condition, reason, certificate expiry, CSR and taint per node.",
+		Long: "One line per node: the KubeletServingCertNotReady condition, its reason and age, the serving\n" +
+			"certificate's expiry and the CSR that issued it, the readiness taint, and who marked the bootstrap\n" +
+			"complete. Read-only. Also the kubectl plugin 'kubectl certready' (the binary on your PATH as\n" +
+			"kubectl-certready). Exit 0: every node listed is ready; 1: some are not; 2: error.",
+		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker -o jsonpath='{.nodes[?(@.ready==false)].node}'",
+		Args:    cobra.NoArgs,
+	}
+	kf := newFleetFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or jsonpath=<template> over the json. Empty: a table.")
+	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
+	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector (e.g. -l node-role.kubernetes.io/worker).")
 	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
 	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
 	fs.StringVar(&taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
-	fs.DurationVar(&staleAfter, "stale-after", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale).")
-	kf.add(fs, 20, 40)
-	if code := parseOrExit(fs, args); code >= 0 {
-		return code
+	fs.DurationVar(&maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
+	fs.DurationVar(&maxAge, "stale-after", fleet.DefaultStaleAfter, "")
+	_ = fs.MarkDeprecated("stale-after", "use --condition-max-age (the same meaning as the approver's; the agent's --stale-after is its watchdog)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
+		if err := fromEnvironment(cmd); err != nil {
+			return fail(err)
+		}
+		printer, err := statusPrinter(output, noHeaders)
+		if err != nil {
+			return fail(err)
+		}
+		client, err := kf.client("certready-status/" + version)
+		if err != nil {
+			return fail(err)
+		}
+		nodes, err := listNodes(cmd.Context(), client, selector)
+		if err != nil {
+			return fail(err)
+		}
+		now := time.Now()
+		rows := fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, maxAge, now)
+		notReady := len(fleet.Problems(rows))
+		if problems {
+			rows = fleet.Problems(rows)
+		}
+		if err := printer(cmd.OutOrStdout(), rows, now); err != nil {
+			return fail(err)
+		}
+		if (output == "" || output == "wide") && !noHeaders {
+			fmt.Fprintf(cmd.OutOrStdout(), "\n%d of %d nodes ready.\n", len(nodes)-notReady, len(nodes))
+		}
+		if notReady > 0 {
+			return exitCode(1)
+		}
+		return nil
 	}
-	fail := func(err error) int { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return 2 }
-	switch output {
-	case "table", "wide", "json", "yaml":
-	default:
-		return fail(fmt.Errorf("--output=%s: want table, wide, json or yaml", output))
-	}
-	client, err := kf.client("certready-status/" + version)
-	if err != nil {
-		return fail(err)
-	}
-	nodes, err := listNodes(ctx, client)
-	if err != nil {
-		return fail(err)
-	}
-	now := time.Now()
-	rows := fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, staleAfter, now)
-	notReady := len(fleet.Problems(rows))
-	if problems {
-		rows = fleet.Problems(rows)
-	}
-	if err := printStatus(os.Stdout, output, rows, now); err != nil {
-		return fail(err)
-	}
-	if output == "table" || output == "wide" {
-		fmt.Printf("\n%d of %d nodes ready.\n", len(nodes)-notReady, len(nodes))
-	}
-	if notReady > 0 {
-		return 1
-	}
-	return 0
+	return cmd
 }
 
-func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.Time) error {
+// statusPrinter chooses the output: a table (kubectl's column style), wide,
+// the json or yaml document {"nodes": [...]}, or through cli-runtime's
+// printers: name (node/<name>) and jsonpath over the json document.
+func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeStatus, time.Time) error, error) {
+	switch {
+	case output == "" || output == "table" || output == "wide" || output == "json" || output == "yaml":
+		if output == "" {
+			output = "table"
+		}
+		return func(w io.Writer, rows []fleet.NodeStatus, now time.Time) error {
+			return printStatus(w, output, rows, now, noHeaders)
+		}, nil
+	case output == "name":
+		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
+			p := printers.NamePrinter{}
+			for _, r := range rows {
+				node := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": r.Node}}}
+				if err := p.PrintObj(node, w); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil
+	case strings.HasPrefix(output, "jsonpath="):
+		p, err := printers.NewJSONPathPrinter(strings.TrimPrefix(output, "jsonpath="))
+		if err != nil {
+			return nil, fmt.Errorf("--output=%s: %w", output, err)
+		}
+		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
+			if rows == nil {
+				rows = []fleet.NodeStatus{}
+			}
+			data, err := json.Marshal(map[string]any{"nodes": rows})
+			if err != nil {
+				return err
+			}
+			doc := map[string]any{}
+			if err := json.Unmarshal(data, &doc); err != nil {
+				return err
+			}
+			return p.PrintObj(&unstructured.Unstructured{Object: doc}, w)
+		}, nil
+	}
+	return nil, fmt.Errorf("--output=%s: want wide, json, yaml, name or jsonpath=<template> (empty: a table)", output)
+}
+
+func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.Time, noHeaders bool) error {
 	if rows == nil {
 		rows = []fleet.NodeStatus{}
 	}
@@ -94,7 +154,9 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 	if output == "wide" {
 		header += "\tPROBLEM\tMESSAGE"
 	}
-	fmt.Fprintln(tw, header)
+	if !noHeaders {
+		fmt.Fprintln(tw, header)
+	}
 	for _, r := range rows {
 		status, age, expires := string(r.Status), "-", "-"
 		if status == "" {

@@ -23,7 +23,7 @@ func TestPrintStatusFormats(t *testing.T) {
 	}
 	var table, wide, js, ym bytes.Buffer
 	for out, buf := range map[string]*bytes.Buffer{"table": &table, "wide": &wide, "json": &js, "yaml": &ym} {
-		if err := printStatus(buf, out, rows, now); err != nil {
+		if err := printStatus(buf, out, rows, now, false); err != nil {
 			t.Fatalf("%s: %v", out, err)
 		}
 	}
@@ -44,7 +44,7 @@ func TestPrintStatusFormats(t *testing.T) {
 		t.Errorf("yaml %v: %s", err, ym.String())
 	}
 	var empty bytes.Buffer
-	if err := printStatus(&empty, "json", fleet.Problems(rows[1:]), now); err != nil || !strings.Contains(empty.String(), `"nodes": []`) {
+	if err := printStatus(&empty, "json", fleet.Problems(rows[1:]), now, false); err != nil || !strings.Contains(empty.String(), `"nodes": []`) {
 		t.Errorf("no problems as json: %v %s", err, empty.String())
 	}
 }

@@ -173,3 +173,85 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 	}
 	t.Logf("certready status --problems (exit %d): %s", code, out)
 }
+
+// As a kubectl plugin, the way an operator runs it: kubectl-certready on
+// PATH, kubectl's loading rules (a colon-separated $KUBECONFIG whose first
+// file's current context is not this cluster's) and --context, flags
+// without a command meaning status; help on stdout; a bad output format
+// named with exit 2.
+func TestKubectlPluginIsTheFleetView(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	deployed(t)
+	bin := os.Getenv("CERTREADY_BIN")
+	kubectl := "kubectl"
+	if dir := os.Getenv("CERTREADY_K8S_BIN"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "kubectl")); err == nil {
+			kubectl = filepath.Join(dir, "kubectl")
+		}
+	}
+	plugins := t.TempDir()
+	if err := os.Symlink(bin, filepath.Join(plugins, "kubectl-certready")); err != nil {
+		t.Fatal(err)
+	}
+	// First in $KUBECONFIG: a context pointing nowhere, current. The real
+	// cluster's context ("e2e") comes from the second file.
+	decoy := clientcmdapi.NewConfig()
+	decoy.Clusters["nowhere"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	decoy.AuthInfos["nobody"] = &clientcmdapi.AuthInfo{Token: "x"}
+	decoy.Contexts["decoy"] = &clientcmdapi.Context{Cluster: "nowhere", AuthInfo: "nobody"}
+	decoy.CurrentContext = "decoy"
+	decoyPath := filepath.Join(t.TempDir(), "decoy")
+	if err := clientcmd.WriteToFile(*decoy, decoyPath); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KUBECONFIG="+decoyPath+string(os.PathListSeparator)+writeKubeconfig(t, cluster.AdminConfig()))
+	run := func(args ...string) (stdout, stderr string, code int) {
+		var out, errb bytes.Buffer
+		cmd := exec.CommandContext(ctx, kubectl, args...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &errb
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &exit):
+			code = exit.ExitCode()
+		default:
+			t.Fatalf("kubectl %v: %v", args, err)
+		}
+		return out.String(), errb.String(), code
+	}
+	var out, errs string
+	var code int
+	if err := localcluster.Poll(ctx, time.Minute, "kubectl certready --context e2e -o wide to exit 0", func() (bool, error) {
+		out, errs, code = run("certready", "--context", "e2e", "-o", "wide")
+		return code == 0, nil
+	}); err != nil {
+		t.Fatalf("%v: exit %d\n%s%s", err, code, out, errs)
+	}
+	for _, n := range cluster.Nodes() {
+		if !strings.Contains(out, n.Name) {
+			t.Errorf("kubectl certready -o wide does not list %s:\n%s", n.Name, out)
+		}
+	}
+	if !strings.Contains(out, "PROBLEM") || !strings.Contains(out, "nodes ready.") {
+		t.Errorf("not the wide table:\n%s", out)
+	}
+	if out, _, code = run("certready", "status", "--context", "e2e", "-o", "name"); code != 0 || !strings.Contains(out, "node/"+cluster.Workers()[0].Name+"\n") {
+		t.Errorf("-o name: exit %d\n%s", code, out)
+	}
+	w := cluster.Workers()[0].Name
+	if out, _, code = run("certready", "--context", "e2e", "-o", "jsonpath={.nodes[?(@.node==\""+w+"\")].ready}"); code != 0 || out != "true" {
+		t.Errorf("-o jsonpath: exit %d, %q, want true", code, out)
+	}
+	// The decoy context is current: without --context it is the one used.
+	if _, errs, code = run("certready"); code != 2 || !strings.Contains(errs, "127.0.0.1:1") {
+		t.Errorf("with the decoy context current: exit %d, want 2 naming its server\n%s", code, errs)
+	}
+	if out, _, code = run("certready", "--help"); code != 0 || !strings.Contains(out, "Operator commands") {
+		t.Errorf("kubectl certready --help: exit %d, not on stdout\n%s", code, out)
+	}
+	if _, errs, code = run("certready", "--context", "e2e", "-o", "chart"); code != 2 || !strings.Contains(errs, "--output=chart") {
+		t.Errorf("-o chart: exit %d, want 2 naming the flag\n%s", code, errs)
+	}
+}

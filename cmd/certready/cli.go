@@ -1,0 +1,133 @@
+//go:build !nodeonly
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// exitCode carries a command's exit status through cobra (status and
+// preflight: 1 means "some node is not ready", 2 an error).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// execute runs the command tree on args and returns the exit status.
+func execute(ctx context.Context, args []string) int {
+	root := newRootCommand(ctx)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	default:
+		// Cobra's own errors (unknown command or flag): usage is the fix.
+		fmt.Fprintf(os.Stderr, "certready: %v\nRun 'certready --help' for usage.\n", err)
+		return 2
+	}
+}
+
+// newRootCommand is certready's command tree: the fleet commands an
+// operator runs (status, preflight; also as 'kubectl certready'), the
+// processes the manifests run (agent, approver, check, copy-binary), and
+// version and shell completion.
+func newRootCommand(ctx context.Context) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "certready",
+		Short: "Keeps nodes from taking workloads until their kubelet can really serve TLS.",
+		Long: "certready keeps a Kubernetes node from taking workloads until its kubelet can really serve TLS.\n\n" +
+			"Operators: 'certready status' (or 'kubectl certready') shows which nodes are not ready and why;\n" +
+			"'certready preflight' what a NodeReadinessRule would do. The other commands are what the\n" +
+			"manifests run.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Operator commands (read-only, your kubeconfig):"},
+		&cobra.Group{ID: "process", Title: "What the manifests run:"})
+	root.AddCommand(newStatusCommand(), newPreflightCommand())
+	for _, c := range commands() {
+		if c.name == "version" {
+			root.AddCommand(processCommand(ctx, c, ""))
+			continue
+		}
+		root.AddCommand(processCommand(ctx, c, "process"))
+	}
+	return root
+}
+
+// processCommand runs one of the processes' commands, which parse their
+// own flags (each also from its CERTREADY_ variable) and print their own
+// help.
+func processCommand(ctx context.Context, c command, group string) *cobra.Command {
+	return &cobra.Command{
+		Use:                c.name + " [flags]",
+		Short:              c.summary,
+		GroupID:            group,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if code := c.run(ctx, args); code != 0 {
+				return exitCode(code)
+			}
+			return nil
+		},
+	}
+}
+
+// fleetFlags are the read-only commands' connection flags: kubectl's own
+// (cli-runtime: --kubeconfig, --context, --cluster, --user, -n,
+// --request-timeout..., and kubectl's loading rules: every path of a
+// colon-separated $KUBECONFIG, else ~/.kube/config, else in-cluster), plus
+// the client-side rate limit.
+type fleetFlags struct {
+	config *genericclioptions.ConfigFlags
+	qps    float32
+	burst  int
+}
+
+func newFleetFlags(cmd *cobra.Command) *fleetFlags {
+	f := &fleetFlags{config: genericclioptions.NewConfigFlags(true)}
+	f.config.AddFlags(cmd.Flags())
+	cmd.Flags().Float32Var(&f.qps, "kube-api-qps", 20, "Client-side rate limit for API requests per second.")
+	cmd.Flags().IntVar(&f.burst, "kube-api-burst", 40, "Client-side burst for API requests.")
+	return f
+}
+
+func (f *fleetFlags) client(userAgent string) (kubernetes.Interface, error) {
+	cfg, err := f.config.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst, cfg.UserAgent = f.qps, f.burst, userAgent
+	return kubernetes.NewForConfig(cfg)
+}
+
+// fromEnvironment fills every flag of cmd not given on the command line from
+// its CERTREADY_ variable, as the processes' flags are.
+func fromEnvironment(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		env := EnvName(f.Name)
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			if serr := cmd.Flags().Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
+			}
+		}
+	})
+	return err
+}
