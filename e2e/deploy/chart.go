@@ -19,13 +19,13 @@ import (
 	"github.com/certready/certready/e2e/provider"
 )
 
-// ReleaseNamespace holds the Helm release record; the chart puts certready
-// itself in its namespace.name (certready-system).
-const ReleaseNamespace = "default"
+// ReleaseNamespace is the release's, where the chart puts certready by
+// default (helm install -n certready-system --create-namespace).
+const ReleaseNamespace = Namespace
 
 // Chart installs certready from the Helm chart in dir with the Helm SDK, as
-// `helm install certready <dir> -n default` does, and waits as Certready
-// does.
+// `helm install certready <dir> -n certready-system --create-namespace`
+// does, and waits as Certready does.
 func Chart(ctx context.Context, c provider.Cluster, dir string, values map[string]any, logf func(string, ...any)) error {
 	ch, err := loader.Load(dir)
 	if err != nil {
@@ -37,6 +37,7 @@ func Chart(ctx context.Context, c provider.Cluster, dir string, values map[strin
 	}
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace, install.Timeout = "certready", ReleaseNamespace, 2*time.Minute
+	install.CreateNamespace = true
 	logf("deploying certready: helm install certready %s -n %s (Helm SDK), values %v", dir, ReleaseNamespace, values)
 	rel, err := install.RunWithContext(ctx, ch, values)
 	if err != nil {

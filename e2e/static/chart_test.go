@@ -46,7 +46,7 @@ var clusterScoped = map[string]bool{
 }
 
 // render renders the chart as `helm template certready charts/certready
-// -n default --set ...` does, through the Helm SDK.
+// -n certready-system --set ...` does, through the Helm SDK.
 func render(t *testing.T, values map[string]any) ([]map[string]any, error) {
 	t.Helper()
 	ch, err := loader.Load(chartDir)
@@ -55,7 +55,7 @@ func render(t *testing.T, values map[string]any) ([]map[string]any, error) {
 	}
 	install := action.NewInstall(&action.Configuration{})
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "certready", "default"
+	install.ReleaseName, install.Namespace = "certready", "certready-system"
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 	rel, err := install.Run(ch, values)
 	if err != nil {
@@ -193,17 +193,18 @@ func TestChartEqualsKustomize(t *testing.T) {
 		setup         func(dir string)
 		ignore        []string
 	}{
-		{name: "defaults are the standalone overlay", kustomization: "resources:\n- ../standalone\n"},
-		{name: "taint.mode=nrc is the nrc overlay", values: map[string]any{"taint": map[string]any{"mode": "nrc"}},
+		{name: "defaults (and the Namespace object) are the standalone overlay", values: map[string]any{"namespace": map[string]any{"create": true}},
+			kustomization: "resources:\n- ../standalone\n"},
+		{name: "taint.mode=nrc is the nrc overlay", values: map[string]any{"taint": map[string]any{"mode": "nrc"}, "namespace": map[string]any{"create": true}},
 			kustomization: "resources:\n- ../nrc\n"},
-		{name: "monitoring is the monitoring component", values: map[string]any{"monitoring": map[string]any{
+		{name: "monitoring is the monitoring component", values: map[string]any{"namespace": map[string]any{"create": true}, "monitoring": map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}}},
 			kustomization: "resources:\n- ../standalone\ncomponents:\n- ../../components/monitoring\n"},
-		{name: "namespace.name is kustomize's namespace:", values: map[string]any{"namespace": map[string]any{"name": "platform-certs"}},
+		{name: "namespace.name is kustomize's namespace:", values: map[string]any{"namespace": map[string]any{"name": "platform-certs", "create": true}},
 			kustomization: "namespace: platform-certs\nresources:\n- ../standalone\n"},
-		{name: "capi is the capi-management overlay", values: map[string]any{"capi": map[string]any{"enabled": true}},
+		{name: "capi is the capi-management overlay", values: map[string]any{"capi": map[string]any{"enabled": true}, "namespace": map[string]any{"create": true}},
 			kustomization: "resources:\n- ../capi-management\n"},
-		{name: "npd is the npd component", values: map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}},
+		{name: "npd is the npd component", values: map[string]any{"npd": map[string]any{"enabled": true}, "agent": map[string]any{"enabled": false}, "namespace": map[string]any{"create": true}},
 			kustomization: "resources:\n- ../standalone\n- npd\ncomponents:\n- ../../components/npd\n", setup: npdDeployment(t), ignore: npdOwn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
