@@ -173,17 +173,32 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, req *kubeapi.RunPodSandboxR
 	return resp, nil
 }
 
-// RemovePodSandbox returns the pod's address.
+// StopPodSandbox returns the pod's address at once, as a CNI plugin's DEL
+// does when a sandbox stops: the kubelet removes stopped sandboxes only in
+// its garbage collection, and a node whose pods are replaced quickly (an
+// approver rolled again and again) would run out of addresses meanwhile.
+func (r *Runtime) StopPodSandbox(ctx context.Context, req *kubeapi.StopPodSandboxRequest) (*kubeapi.StopPodSandboxResponse, error) {
+	r.releaseIP(req.PodSandboxId)
+	return r.RemoteRuntime.StopPodSandbox(ctx, req)
+}
+
+// RemovePodSandbox returns the pod's address if its stop did not.
 func (r *Runtime) RemovePodSandbox(ctx context.Context, req *kubeapi.RemovePodSandboxRequest) (*kubeapi.RemovePodSandboxResponse, error) {
+	r.releaseIP(req.PodSandboxId)
 	r.mu.Lock()
-	ip, ok := r.ips[req.PodSandboxId]
-	delete(r.ips, req.PodSandboxId)
 	delete(r.logDirs, req.PodSandboxId)
+	r.mu.Unlock()
+	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
+}
+
+func (r *Runtime) releaseIP(sandbox string) {
+	r.mu.Lock()
+	ip, ok := r.ips[sandbox]
+	delete(r.ips, sandbox)
 	r.mu.Unlock()
 	if ok && r.cfg.Release != nil {
 		r.cfg.Release(ip)
 	}
-	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
 }
 
 // CreateContainer remembers the config and sets the CRI log path.
