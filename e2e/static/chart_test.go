@@ -49,13 +49,19 @@ var clusterScoped = map[string]bool{
 // -n certready-system --set ...` does, through the Helm SDK.
 func render(t *testing.T, values map[string]any) ([]map[string]any, error) {
 	t.Helper()
+	return renderAs(t, "certready", values)
+}
+
+// renderAs renders the chart as the release named release.
+func renderAs(t *testing.T, release string, values map[string]any) ([]map[string]any, error) {
+	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("loading the chart: %v", err)
 	}
 	install := action.NewInstall(&action.Configuration{})
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "certready", "certready-system"
+	install.ReleaseName, install.Namespace = release, "certready-system"
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 	rel, err := install.Run(ch, values)
 	if err != nil {
@@ -668,5 +674,36 @@ func TestChartReadmeListsEveryValue(t *testing.T) {
 	walk("", values)
 	if n < 50 {
 		t.Errorf("only %d values found: is values.yaml read?", n)
+	}
+}
+
+// Names derive from the release as Helm charts' do, and everything that
+// names an object follows: the workloads' service accounts, the bindings
+// and the admission policies' usernames.
+func TestChartNamesFollowTheRelease(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		values  map[string]any
+		agent   string
+	}{
+		{"certready", nil, "certready-agent"},
+		{"prod", nil, "prod-certready-agent"},
+		{"certready-prod", nil, "certready-prod-agent"},
+		{"x", map[string]any{"nameOverride": "cr"}, "x-cr-agent"},
+		{"x", map[string]any{"fullnameOverride": "acme"}, "acme-agent"},
+	} {
+		objs, err := renderAs(t, tc.release, tc.values)
+		if err != nil {
+			t.Fatalf("release %s %v: %v", tc.release, tc.values, err)
+		}
+		typed := decodeStrict(t, objs)
+		ds := find[*appsv1.DaemonSet](typed)
+		if len(ds) != 1 || ds[0].Name != tc.agent || ds[0].Spec.Template.Spec.ServiceAccountName != tc.agent {
+			t.Errorf("release %s %v: agent DaemonSet %v, want %s running as %s", tc.release, tc.values, ds, tc.agent, tc.agent)
+			continue
+		}
+		if !strings.Contains(mustJSON(objs), "system:serviceaccount:certready-system:"+tc.agent+"'") {
+			t.Errorf("release %s %v: the admission policies do not name %s", tc.release, tc.values, tc.agent)
+		}
 	}
 }

@@ -1,6 +1,18 @@
-{{/* Object names: <fullname>-<part>. */}}
+{{/* Object names: <fullname>-<part>, fullname as Helm charts derive it:
+     fullnameOverride, else the release name when it contains the chart's
+     name (or nameOverride), else <release>-<name>. Release certready:
+     certready-agent, as the kustomize overlays name it. */}}
 {{- define "certready.fullname" -}}
-{{- required "fullnameOverride must not be empty" .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "certready.namespace" -}}
