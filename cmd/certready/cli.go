@@ -9,7 +9,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -112,22 +111,4 @@ func (f *fleetFlags) client(userAgent string) (kubernetes.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.UserAgent = f.qps, f.burst, userAgent
 	return kubernetes.NewForConfig(cfg)
-}
-
-// fromEnvironment fills every flag of cmd not given on the command line from
-// its CERTREADY_ variable, as the processes' flags are.
-func fromEnvironment(cmd *cobra.Command) error {
-	var err error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
-			return
-		}
-		env := EnvName(f.Name)
-		if v, ok := os.LookupEnv(env); ok && v != "" {
-			if serr := cmd.Flags().Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
-			}
-		}
-	})
-	return err
 }

@@ -60,6 +60,12 @@ func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool))
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
+	return fillFromEnv(fs, getenv)
+}
+
+// fillFromEnv sets every flag of fs not given on the command line from its
+// environment variable (EnvName). An error names the flag and variable.
+func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if err != nil || f.Changed {

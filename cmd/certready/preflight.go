@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
@@ -43,7 +41,7 @@ func newPreflightCommand() *cobra.Command {
 	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready preflight: %v\n", err); return exitCode(2) }
-		if err := fromEnvironment(cmd); err != nil {
+		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
 		switch output {
@@ -90,18 +88,8 @@ func newPreflightCommand() *cobra.Command {
 
 func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int) error {
 	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows}
-	switch output {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
-	case "yaml":
-		data, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(data)
-		return err
+	if output == "json" || output == "yaml" {
+		return printDocument(out, output, doc)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if !noHeaders {

@@ -51,7 +51,7 @@ func newStatusCommand() *cobra.Command {
 	_ = fs.MarkDeprecated("stale-after", "use --condition-max-age (the same meaning as the approver's; the agent's --stale-after is its watchdog)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
-		if err := fromEnvironment(cmd); err != nil {
+		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
 		printer, err := statusPrinter(output, noHeaders)
@@ -136,18 +136,8 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 	if rows == nil {
 		rows = []fleet.NodeStatus{}
 	}
-	switch output {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": rows})
-	case "yaml":
-		out, err := yaml.Marshal(map[string]any{"nodes": rows})
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(out)
-		return err
+	if output == "json" || output == "yaml" {
+		return printDocument(w, output, map[string]any{"nodes": rows})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "NODE\tREADY\tCONDITION\tREASON\tAGE\tCERT EXPIRES\tCSR\tTAINTED\tBOOTSTRAP COMPLETED BY"
@@ -178,6 +168,22 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// printDocument writes doc as indented json or as yaml: the fleet
+// commands' machine-readable output.
+func printDocument(w io.Writer, output string, doc any) error {
+	if output == "yaml" {
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
 }
 
 func dash(s string) string {
