@@ -53,6 +53,15 @@ type apiCounts struct {
 	apfWait, apfWaitOps float64
 }
 
+// apfWaitMillisSince is the mean time, in milliseconds, the requests since
+// before waited in API Priority and Fairness (0 when there were none).
+func (after apiCounts) apfWaitMillisSince(before apiCounts) float64 {
+	if ops := after.apfWaitOps - before.apfWaitOps; ops > 0 {
+		return (after.apfWait - before.apfWait) / ops * 1000
+	}
+	return 0
+}
+
 // quiesce waits until the API server has served no write on resource for
 // two seconds (at most two minutes).
 func (b *bench) quiesce(ctx context.Context, resource string) error {

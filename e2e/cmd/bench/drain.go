@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 )
 
 // drainResult is the backlog drain: N kubelet-serving CSRs already pending
@@ -45,7 +43,7 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 	run := b.stormRuns.Add(1)
 	b.logf("backlog drain: %d pending CSRs before the approver starts", n)
 	b.approver.Stop()
-	nodes := stormNodes{names: make([]string, n), clients: make([]kubernetes.Interface, n), csrs: make([]*certv1.CertificateSigningRequest, n)}
+	nodes := newStormNodes(n)
 	defer b.removeStormNodes(ctx, nodes.names)
 	if err := b.fileBacklog(ctx, run, nodes); err != nil {
 		return res, err
@@ -89,30 +87,14 @@ func (b *bench) drain(ctx context.Context, n int) (drainResult, error) {
 // approver runs, then lets the controllers' reactions to the new Nodes
 // finish.
 func (b *bench) fileBacklog(ctx context.Context, run int64, nodes stormNodes) error {
-	var errs errorSet
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
-					errs.add(err)
-					continue
-				}
-				if _, err := nodes.clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, nodes.csrs[i], metav1.CreateOptions{}); err != nil {
-					errs.add(err)
-				}
-			}
-		}()
-	}
-	for i := range nodes.csrs {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if err := errs.err(); err != nil {
+	err := parallel(len(nodes.csrs), 16, func(i int) error {
+		if err := b.prepareStormNode(ctx, run, i, nodes); err != nil {
+			return err
+		}
+		_, err := nodes.clients[i].CertificatesV1().CertificateSigningRequests().Create(ctx, nodes.csrs[i], metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("filing the backlog: %w", err)
 	}
 	return b.quiesce(ctx, "nodes")
@@ -165,9 +147,7 @@ func (b *bench) addDrainFigures(ctx context.Context, res *drainResult, start tim
 	if err != nil {
 		return err
 	}
-	if ops := after.apfWaitOps - before.apfWaitOps; ops > 0 {
-		res.APFWaitMillis = (after.apfWait - before.apfWait) / ops * 1000
-	}
+	res.APFWaitMillis = after.apfWaitMillisSince(before)
 	writesAfter, err := b.approvalWrites(ctx)
 	if err != nil {
 		return err

@@ -68,10 +68,10 @@ func (b *bench) flood(ctx context.Context, n, size, identities, valid int) (floo
 	}
 	// The valid nodes, ready to ask.
 	run := b.stormRuns.Add(1)
-	nodes := stormNodes{names: make([]string, valid), clients: make([]kubernetes.Interface, valid), csrs: make([]*certv1.CertificateSigningRequest, valid)}
+	nodes := newStormNodes(valid)
 	defer b.removeStormNodes(ctx, nodes.names)
 	for i := 0; i < valid; i++ {
-		if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
+		if err := b.prepareStormNode(ctx, run, i, nodes); err != nil {
 			peaks.stop()
 			return res, err
 		}

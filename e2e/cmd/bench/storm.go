@@ -127,7 +127,7 @@ func (b *bench) storm(ctx context.Context, n int, approach string) (stormResult,
 		}
 		defer restore()
 	}
-	nodes := stormNodes{names: make([]string, n), clients: make([]kubernetes.Interface, n), csrs: make([]*certv1.CertificateSigningRequest, n)}
+	nodes := newStormNodes(n)
 	// Clean up so the next size starts from the same state.
 	defer b.removeStormNodes(ctx, nodes.names)
 	// Memory per node counts the storm's Nodes too: the base is taken
@@ -201,6 +201,35 @@ type stormNodes struct {
 	csrs    []*certv1.CertificateSigningRequest
 }
 
+func newStormNodes(n int) stormNodes {
+	return stormNodes{names: make([]string, n), clients: make([]kubernetes.Interface, n), csrs: make([]*certv1.CertificateSigningRequest, n)}
+}
+
+// parallel calls f for 0..n-1 on that many workers and returns the
+// failures' count and distinct messages (errorSet), or nil.
+func parallel(n, workers int, f func(i int) error) error {
+	var errs errorSet
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := f(i); err != nil {
+					errs.add(err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return errs.err()
+}
+
 // approverBase is what the real approver held and had recorded before the
 // storm's Nodes existed.
 type approverBase struct {
@@ -224,26 +253,7 @@ func (b *bench) approverBase(ctx context.Context) (approverBase, error) {
 // reactions to the new Nodes (pod CIDRs, taints) finish: they are the
 // preparation's, not the storm's.
 func (b *bench) prepareStorm(ctx context.Context, run int64, nodes stormNodes) error {
-	var errs errorSet
-	prep := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range prep {
-				if err := b.prepareStormNode(ctx, run, i, nodes.names, nodes.clients, nodes.csrs); err != nil {
-					errs.add(err)
-				}
-			}
-		}()
-	}
-	for i := range nodes.csrs {
-		prep <- i
-	}
-	close(prep)
-	wg.Wait()
-	if err := errs.err(); err != nil {
+	if err := parallel(len(nodes.csrs), 8, func(i int) error { return b.prepareStormNode(ctx, run, i, nodes) }); err != nil {
 		return fmt.Errorf("preparing the storm's nodes: %w", err)
 	}
 	return b.quiesce(ctx, "nodes")
@@ -468,9 +478,7 @@ func (b *bench) addRequests(ctx context.Context, res *stormResult, before apiCou
 	if err != nil {
 		return err
 	}
-	if ops := after.apfWaitOps - before.apfWaitOps; ops > 0 {
-		res.APFWaitMillis = (after.apfWait - before.apfWait) / ops * 1000
-	}
+	res.APFWaitMillis = after.apfWaitMillisSince(before)
 	res.Requests = map[string]float64{}
 	writes := 0.0
 	for k, v := range after.csr {
@@ -544,21 +552,21 @@ func (b *bench) removeStormNodes(ctx context.Context, names []string) {
 
 // prepareStormNode creates storm node i (Node object with its address),
 // its client identity system:node:<name> and its serving CSR.
-func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, nodeNames []string, clients []kubernetes.Interface, csrs []*certv1.CertificateSigningRequest) error {
+func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, nodes stormNodes) error {
 	name := fmt.Sprintf("storm%d-%d", run, i)
 	ip := fmt.Sprintf("198.18.%d.%d", i/250, 1+i%250)
 	if err := b.createNode(ctx, b.c.Client, name, ip, false); err != nil {
 		return err
 	}
-	nodeNames[i] = name
+	nodes.names[i] = name
 	certPEM, keyPEM, err := b.c.ClientCertPEM(names.NodeUser(name), "system:nodes")
 	if err != nil {
 		return err
 	}
-	if clients[i], err = b.nodeClient(certPEM, keyPEM); err != nil {
+	if nodes.clients[i], err = b.nodeClient(certPEM, keyPEM); err != nil {
 		return err
 	}
-	csrs[i], _, err = localcluster.KubeletServingCSR(metav1.ObjectMeta{Name: fmt.Sprintf("storm%d-csr-%d", run, i),
+	nodes.csrs[i], _, err = localcluster.KubeletServingCSR(metav1.ObjectMeta{Name: fmt.Sprintf("storm%d-csr-%d", run, i),
 		Labels: map[string]string{"certready.io/bench": "storm"}}, name, ip)
 	return err
 }
