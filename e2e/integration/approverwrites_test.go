@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/approver/taint"
 )
@@ -55,15 +56,6 @@ func startApprover(t *testing.T) {
 	})
 }
 
-func approvedCondition(csr *certv1.CertificateSigningRequest) *certv1.CertificateSigningRequestCondition {
-	for i, c := range csr.Status.Conditions {
-		if c.Type == certv1.CertificateApproved && c.Status == corev1.ConditionTrue {
-			return &csr.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // The approver's decision is one write through the approval subresource,
 // which the API server lets carry the node label too (it resets spec and
 // status but the conditions, not metadata; the fake clientset has no
@@ -93,11 +85,15 @@ func TestApprovalIsOneWriteThroughTheApprovalSubresource(t *testing.T) {
 	var got *certv1.CertificateSigningRequest
 	if err := localcluster.Poll(ctx, time.Minute, "the approver to approve "+csr.Name, func() (bool, error) {
 		got, err = api.Admin.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
-		return err == nil && approvedCondition(got) != nil, nil
+		if err != nil {
+			return false, nil
+		}
+		approved, _, _ := csrstate.Conditions(got)
+		return approved != nil, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if a := approvedCondition(got); a.Reason != "CertReadyValidatedNodeIdentity" {
+	if a, _, _ := csrstate.Conditions(got); a.Reason != "CertReadyValidatedNodeIdentity" {
 		t.Errorf("approved with reason %q, want CertReadyValidatedNodeIdentity", a.Reason)
 	}
 	if got.Labels[names.NodeLabel] != "appr-w1" {

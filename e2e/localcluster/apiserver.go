@@ -3,12 +3,10 @@ package localcluster
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -81,14 +79,7 @@ func StartAPIServer(ctx context.Context, k8sDir, dir string) (a *APIServer, err 
 	if a.Admin, err = kubernetes.NewForConfig(a.AdminConfig); err != nil {
 		return nil, err
 	}
-	err = poll(ctx, 90*time.Second, "kube-apiserver /readyz", func() (bool, error) {
-		if !a.proc["kube-apiserver"].running() {
-			return false, fmt.Errorf("kube-apiserver exited: %s", a.Logs("kube-apiserver", 20))
-		}
-		body, err := a.Admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && strings.TrimSpace(string(body)) == "ok", nil
-	})
-	return a, err
+	return a, waitReadyz(ctx, a.proc["kube-apiserver"], a.Admin, a.logPath("kube-apiserver"))
 }
 
 // ClientConfig is a client certificate identity (user cn in groups orgs)
@@ -107,15 +98,7 @@ func (a *APIServer) Kubeconfig() (string, error) {
 	return path, a.pki.kubeconfig(path, a.URL, "admin")
 }
 
-// Logs is the tail of etcd's or kube-apiserver's log.
-func (a *APIServer) Logs(name string, lines int) string {
-	data, err := os.ReadFile(filepath.Join(a.dir, "logs", name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
-}
+func (a *APIServer) logPath(name string) string { return filepath.Join(a.dir, "logs", name+".log") }
 
 // Stop ends both processes; dir stays (the caller's, a test's TempDir).
 func (a *APIServer) Stop() { a.sup.stopAll(10 * time.Second) }
@@ -126,7 +109,7 @@ func (a *APIServer) config(name string) *rest.Config {
 }
 
 func (a *APIServer) start(name string, args ...string) error {
-	p, err := a.sup.start(name, filepath.Join(a.dir, "logs", name+".log"), args, nil)
+	p, err := a.sup.start(name, a.logPath(name), args, nil)
 	if err != nil {
 		return err
 	}

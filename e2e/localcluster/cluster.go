@@ -230,8 +230,11 @@ func (c *Cluster) Stop() {
 }
 
 // Logs returns the tail of a process's log (for failure messages).
-func (c *Cluster) Logs(name string, lines int) string {
-	data, err := os.ReadFile(c.logPath(name))
+func (c *Cluster) Logs(name string, lines int) string { return tail(c.logPath(name), lines) }
+
+// tail returns the last lines of the file at path, or why it could not.
+func tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}

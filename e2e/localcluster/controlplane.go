@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 func (c *Cluster) issueControlPlane() error {
@@ -135,11 +137,17 @@ func (c *Cluster) startControllerManager() error {
 }
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	return waitReadyz(ctx, c.procs["kube-apiserver"], c.Client, c.logPath("kube-apiserver"))
+}
+
+// waitReadyz waits (90 s at most) until the API server process p answers
+// ok on /readyz, and fails at once, naming its log, if p exits.
+func waitReadyz(ctx context.Context, p *proc, client kubernetes.Interface, logPath string) error {
 	return poll(ctx, 90*time.Second, "kube-apiserver /readyz", func() (bool, error) {
-		if p := c.procs["kube-apiserver"]; p != nil && !p.running() {
-			return false, fmt.Errorf("kube-apiserver exited; see %s", c.logPath("kube-apiserver"))
+		if p != nil && !p.running() {
+			return false, fmt.Errorf("kube-apiserver exited; see %s:\n%s", logPath, tail(logPath, 20))
 		}
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && strings.TrimSpace(string(body)) == "ok", nil
 	})
 }
