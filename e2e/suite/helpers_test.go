@@ -50,6 +50,22 @@ func waitCSREvent(t *testing.T, ctx context.Context, name, reason string) string
 // again.
 func approverWith(t *testing.T, ctx context.Context, args ...string) {
 	t.Helper()
+	patchApprover(t, ctx, args...)
+	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("the approver restarted with %v", args), func() (bool, error) {
+		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
+		return err == nil && dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 2 &&
+			dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+}
+
+// patchApprover adds args to the approver's container, without waiting for
+// the roll; the test's end applies the standalone overlay again and waits
+// for it.
+func patchApprover(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
 	ops := make([]string, 0, len(args))
 	for _, a := range args {
 		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":%q}`, a))
@@ -67,14 +83,6 @@ func approverWith(t *testing.T, ctx context.Context, args ...string) {
 			t.Error(err)
 		}
 	})
-	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("the approver restarted with %v", args), func() (bool, error) {
-		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-		return err == nil && dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 2 &&
-			dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
-	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
-	}
 }
 
 // restoreApprover brings the approver back after a failed scenario, so that

@@ -78,20 +78,8 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 	waitCondition(t, ctx, w, 2*time.Minute, "ready and untainted", readyAndUntainted)
 	// A short max age, so that the agent's absence makes the condition
 	// stale within the test (the default is twice the 5-minute heartbeat).
-	if _, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p",
-		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--condition-max-age=15s"}]`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := cluster.Kubectl(ctx, "apply", "-k", standalone); err != nil {
-			t.Error(err)
-		}
-		if err := deploy.WaitRollout(ctx, cluster, t.Logf); err != nil {
-			t.Error(err)
-		}
-	})
+	// (Waited for below, together with the agent leaving the node.)
+	patchApprover(t, ctx, "--condition-max-age=15s")
 	// The agent leaves this node only.
 	away := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, w)
 	if _, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "daemonset", "certready-agent", "--type=merge", "-p", away); err != nil {
