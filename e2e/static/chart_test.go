@@ -380,7 +380,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
 		{"ServiceMonitor interval, in the release's namespace, no namespace pinned", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) &&
 			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"namespace":"platform-certs"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `namespaceSelector`)},
-		{"conditionType on the agent's ServiceAccount", saAnnotation(find[*corev1.ServiceAccount](objs), "acme-certready-agent") == "ServingCertNotProven"},
+		{"conditionType on the agent's ServiceAccount", saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-certready-agent", "certready.io/condition-type") == "ServingCertNotProven"},
 		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
 		{"extraEnv in both containers", slices.ContainsFunc(a.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) &&
@@ -477,15 +477,6 @@ func countPullSecrets(sas []*corev1.ServiceAccount) int {
 	return n
 }
 
-func saAnnotation(sas []*corev1.ServiceAccount, name string) string {
-	for _, sa := range sas {
-		if sa.Name == name {
-			return sa.Annotations["certready.io/condition-type"]
-		}
-	}
-	return ""
-}
-
 func allLabelled(groups ...[]map[string]any) bool {
 	n := 0
 	for _, g := range groups {
@@ -571,6 +562,7 @@ func TestCAPIManagementRBAC(t *testing.T) {
 	}
 }
 
+// saAnnotationKey is the annotation key of the ServiceAccount name.
 func saAnnotationKey(sas []*corev1.ServiceAccount, name, key string) string {
 	for _, sa := range sas {
 		if sa.Name == name {
