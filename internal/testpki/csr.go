@@ -18,10 +18,12 @@ type CSROption func(*certv1.CertificateSigningRequest)
 // serving certificate, as the API server stores it: the kubelet-serving
 // signer, requested by system:node:<node> in system:nodes, with the
 // kubelet's usages, pending. The options shape the variants tests need;
-// the one fixture for CSR objects in every package's tests.
+// the one fixture for CSR objects in every package's tests. Each has a
+// UID of its own ("uid-<name>"), as the API server gives every object:
+// code that keys on UIDs must not see two CSRs as one.
 func KubeletCSR(name, node string, opts ...CSROption) *certv1.CertificateSigningRequest {
 	c := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
 		Spec: certv1.CertificateSigningRequestSpec{
 			SignerName: names.SignerName,
 			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
