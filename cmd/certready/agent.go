@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -30,8 +29,7 @@ func runAgent(ctx context.Context, args []string) int {
 		"KubeletServingCertNotReady: False only when every check passed, True with a reason otherwise.")
 	var cfg agent.Config
 	var condType string
-	var metricsAddr, healthAddr string
-	var profiling bool
+	var serving servingFlags
 	var kf kubeFlags
 	var gcPercent int
 	fs.IntVar(&gcPercent, "gc-percent", 50, "Go's GOGC for the agent (its heap is a few MiB: collecting at half its growth keeps its peak on every node lower for little CPU; bench table 4). $GOGC, when set, wins.")
@@ -49,9 +47,7 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.CSRRetention, "csr-retention", agent.Config{}.Defaults().CSRRetention, "How long the controller manager keeps issued CSRs; an older certificate from the CA with this node's identity needs no CSR.")
 	fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "Watchdog: when no check has completed for this long (a hung API call, a stuck probe), set the condition to Unknown/CheckStalled. 0: three times --resync.")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", agent.Config{}.Defaults().MaxClockSkew, "Largest difference tolerated between the node's clock and the API server's (the Date of its responses) before the condition says ClockSkew; validity is judged by the API server's clock either way.")
-	fs.StringVar(&metricsAddr, "metrics-addr", ":9721", "Address for Prometheus /metrics (empty: off).")
-	fs.StringVar(&healthAddr, "health-addr", ":9722", "Address for /healthz and /readyz (empty: off).")
-	fs.BoolVar(&profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr.")
+	serving.add(fs, ":9721", ":9722", "")
 	kf.add(fs, 5, 10)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
@@ -92,41 +88,5 @@ func runAgent(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "certready agent: %v\n", err)
 		return 2
 	}
-	return serveAndRun(ctx, reg, ready, metricsAddr, healthAddr, profiling, a.Run)
-}
-
-// serveAndRun runs the metrics and health servers beside run, until ctx ends
-// or one of them fails.
-func serveAndRun(ctx context.Context, reg *prometheus.Registry, ready *httpserve.Readiness, metricsAddr, healthAddr string, profiling bool, run func(context.Context) error) int {
-	logger := klog.FromContext(ctx)
-	g, gctx := errgroup.WithContext(ctx)
-	servers := []struct {
-		flag, addr string
-		serve      func() error
-		err        error
-	}{{flag: "metrics-addr", addr: metricsAddr}, {flag: "health-addr", addr: healthAddr}}
-	if metricsAddr != "" && metricsAddr == healthAddr {
-		mux := httpserve.HealthMux(ready)
-		metrics := httpserve.MetricsMux(reg, profiling)
-		mux.Handle("/metrics", metrics)
-		mux.Handle("/debug/pprof/", metrics)
-		servers = servers[:1]
-		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, mux)
-	} else {
-		servers[0].serve, servers[0].err = httpserve.Serve(gctx, "metrics-addr", metricsAddr, httpserve.MetricsMux(reg, profiling))
-		servers[1].serve, servers[1].err = httpserve.Serve(gctx, "health-addr", healthAddr, httpserve.HealthMux(ready))
-	}
-	for _, s := range servers {
-		if s.err != nil {
-			logger.Error(s.err, "Cannot listen")
-			return 1
-		}
-		g.Go(s.serve)
-	}
-	g.Go(func() error { return run(gctx) })
-	if err := g.Wait(); err != nil {
-		logger.Error(err, "Stopped")
-		return 1
-	}
-	return 0
+	return serving.serveAndRun(ctx, restCfg, reg, ready, a.Run)
 }

@@ -34,10 +34,10 @@ import (
 type approverFlags struct {
 	o                                     approver.Options
 	allowed, denied, apiIPs               []string
-	condType, metricsAddr, healthAddr     string
+	condType                              string
 	capiSelector, startupTaint, softTaint string
 	kubeletCA, addrTypes                  string
-	profiling                             bool
+	serving                               servingFlags
 	prover                                taint.Prover
 	kf                                    kubeFlags
 }
@@ -74,9 +74,7 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&f.prover.Port, "kubelet-port", 0, "Taint fallback: the kubelet port to dial. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")
 	fs.DurationVar(&f.prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
 	fs.StringVar(&f.condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9731", "Address for Prometheus /metrics (empty: off).")
-	fs.StringVar(&f.healthAddr, "health-addr", ":9732", "Address for /healthz and /readyz (empty: off).")
-	fs.BoolVar(&f.profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr (the bench reads the heap through it).")
+	f.serving.add(fs, ":9731", ":9732", " (the bench reads the heap through it)")
 	// Sized so that the approver keeps pace with a fleet scale-up (one write
 	// per approved CSR: 500/s is above the creation rate a 2-core API server
 	// sustains); API Priority and Fairness (the shipped FlowSchema) is the
@@ -185,7 +183,7 @@ func runApprover(ctx context.Context, args []string) int {
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clientmetrics.Register(reg, "approver", version, commit) // before approver.Run makes its queues
 	ready := httpserve.NewReadiness("caches not synced")
-	return serveAndRun(ctx, reg, ready, f.metricsAddr, f.healthAddr, f.profiling, func(ctx context.Context) error {
+	return f.serving.serveAndRun(ctx, o.RESTConfig, reg, ready, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)
 	})
 }

@@ -283,8 +283,11 @@ var everyValue = map[string]any{
 	},
 	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
 	"criticalPodsQuota": map[string]any{"enabled": false},
-	"monitoring":        map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "serviceMonitor": map[string]any{"enabled": true, "interval": "1m"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true}},
-	"npd":               map[string]any{"enabled": false},
+	// metrics.secure=false: TestChartPlainMetricsOptIn.
+	"metrics": map[string]any{"certSecret": "certready-metrics-tls", "readerSubjects": []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}}},
+	"monitoring": map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+		"serviceMonitor": map[string]any{"enabled": true, "interval": "1m", "tlsConfig": map[string]any{"serverName": "certready-metrics.platform-certs.svc", "ca": map[string]any{"secret": map[string]any{"name": "certready-metrics-tls", "key": "ca.crt"}}}}},
+	"npd": map[string]any{"enabled": false},
 }
 
 // decodeStrict decodes every object into its API type, unknown fields
@@ -380,6 +383,14 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
 		{"ServiceMonitor interval, in the release's namespace, no namespace pinned", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) &&
 			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"namespace":"platform-certs"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `namespaceSelector`)},
+		{"metrics.certSecret mounted in both pods, and passed as --metrics-cert-dir", hasSecretMount(a, "certready-metrics-tls") && hasSecretMount(p, "certready-metrics-tls") &&
+			slices.Contains(a.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls") && slices.Contains(p.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls")},
+		{"metrics.readerSubjects bound to the reader role", slices.ContainsFunc(find[*rbacv1.ClusterRoleBinding](objs), func(b *rbacv1.ClusterRoleBinding) bool {
+			return b.RoleRef.Name == "acme-certready-metrics-reader" && len(b.Subjects) == 1 && b.Subjects[0].Name == "prometheus" && b.Subjects[0].Namespace == "monitoring"
+		})},
+		{"ServiceMonitor: https with Prometheus' token and the tlsConfig given", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"scheme":"https"`) &&
+			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"serverName":"certready-metrics.platform-certs.svc"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `insecureSkipVerify`) &&
+			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"bearerTokenFile":"/var/run/secrets/kubernetes.io/serviceaccount/token"`)},
 		{"conditionType on the agent's ServiceAccount", saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-certready-agent", "certready.io/condition-type") == "ServingCertNotProven"},
 		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
@@ -417,6 +428,38 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			flag, _, _ := strings.Cut(arg, "=")
 			if !bytes.Contains(help, []byte(flag+" ")) {
 				t.Errorf("%s: the chart passes %s, which `certready %s --help` does not list", role, flag, role)
+			}
+		}
+	}
+}
+
+// hasSecretMount: the pod mounts Secret name in its first container.
+func hasSecretMount(p corev1.PodSpec, name string) bool {
+	for _, v := range p.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == name {
+			return slices.ContainsFunc(p.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name && m.ReadOnly })
+		}
+	}
+	return false
+}
+
+// metrics.secure=false is the opt-in to plain HTTP: both components are
+// told so, and the ServiceMonitor scrapes plain HTTP without a token.
+// Secure (the default) renders no flag: it is the binary's default.
+func TestChartPlainMetricsOptIn(t *testing.T) {
+	for _, secure := range []bool{true, false} {
+		raw := mustRender(t, map[string]any{"metrics": map[string]any{"secure": secure}, "monitoring": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}})
+		objs := decodeStrict(t, raw)
+		for _, args := range [][]string{find[*appsv1.DaemonSet](objs)[0].Spec.Template.Spec.Containers[0].Args, find[*appsv1.Deployment](objs)[0].Spec.Template.Spec.Containers[0].Args} {
+			if got := slices.Contains(args, "--metrics-secure=false"); got == secure {
+				t.Errorf("metrics.secure=%v: args %q", secure, args)
+			}
+		}
+		for _, m := range raw {
+			if m["kind"] == "ServiceMonitor" {
+				if https := strings.Contains(mustJSON(m), `"scheme":"https"`) && strings.Contains(mustJSON(m), "bearerTokenFile"); https != secure {
+					t.Errorf("metrics.secure=%v: ServiceMonitor %s", secure, mustJSON(m["spec"]))
+				}
 			}
 		}
 	}

@@ -5,6 +5,7 @@ package httpserve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -72,10 +73,10 @@ func MetricsMux(reg *prometheus.Registry, profiling bool) *http.ServeMux {
 	return mux
 }
 
-// Serve listens on addr and serves h until ctx ends. An empty addr disables
-// the server. The listener is opened before Serve returns an error, so a
+// Serve listens on addr and serves h until ctx ends, over TLS when tlsCfg
+// is set. An empty addr disables the server. The listener is opened before Serve returns an error, so a
 // port already in use fails start-up with a message naming the flag.
-func Serve(ctx context.Context, flag, addr string, h http.Handler) (func() error, error) {
+func Serve(ctx context.Context, flag, addr string, h http.Handler, tlsCfg *tls.Config) (func() error, error) {
 	if addr == "" || addr == "0" {
 		return func() error { return nil }, nil
 	}
@@ -89,14 +90,21 @@ func Serve(ctx context.Context, flag, addr string, h http.Handler) (func() error
 	if err != nil {
 		return nil, fmt.Errorf("--%s=%s: %w", flag, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	scheme := "http"
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+		scheme = "https"
+	}
+	// Small headers and bounded reads: the ports are reachable by anything
+	// on the node's network.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	klog.FromContext(ctx).Info("Serving", "flag", flag, "addr", ln.Addr().String())
+	klog.FromContext(ctx).Info("Serving", "flag", flag, "addr", ln.Addr().String(), "scheme", scheme)
 	return func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("--%s=%s: %w", flag, addr, err)

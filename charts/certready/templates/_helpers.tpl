@@ -70,3 +70,31 @@ app.kubernetes.io/component: {{ . }}
 {{/* The startup taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
 {{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
 {{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}
+
+{{/* The metrics endpoints' flags: plain HTTP only when metrics.secure is
+     off; with metrics.certSecret, its certificate instead of a
+     self-signed one. */}}
+{{- define "certready.metricsArgs" -}}
+{{- if not .Values.metrics.secure -}}
+- --metrics-secure=false
+{{- else if .Values.metrics.certSecret -}}
+- --metrics-cert-dir=/etc/certready/metrics-tls
+{{- end -}}
+{{- end -}}
+{{- define "certready.metricsCertSecret" -}}
+{{- if and .Values.metrics.secure .Values.metrics.certSecret }}true{{ end -}}
+{{- end -}}
+{{- define "certready.metricsCertMount" -}}
+{{- if include "certready.metricsCertSecret" . -}}
+- name: metrics-tls
+  mountPath: /etc/certready/metrics-tls
+  readOnly: true
+{{- end -}}
+{{- end -}}
+{{- define "certready.metricsCertVolume" -}}
+{{- if include "certready.metricsCertSecret" . -}}
+- name: metrics-tls
+  secret:
+    secretName: {{ .Values.metrics.certSecret }}
+{{- end -}}
+{{- end -}}

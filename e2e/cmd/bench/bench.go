@@ -102,7 +102,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	}
 	b.approverArgs = []string{bins.Certready, "approver", "--kubeconfig=" + approverKC,
 		"--leader-elect-namespace=" + approverNS, "--remove-startup-taint=" + taintKey + "=pending:NoSchedule", "--kubelet-ca-file=" + ca,
-		"--metrics-addr=127.0.0.1:9731", "--health-addr=127.0.0.1:9732", "--profiling"}
+		"--metrics-addr=127.0.0.1:9731", "--health-addr=127.0.0.1:9732", "--profiling", "--metrics-secure=false"}
 	if err := b.startApprover(ctx); err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		return nil, err
 	}
 	b.agent, err = c.StartInNS("bench-agent", bins.CertreadyNode, "agent", "--kubeconfig="+agentKC, "--node-name="+simNode,
-		"--kubelet-pki-dir="+b.pki, "--ca-file="+ca, "--metrics-addr=127.0.0.1:9721", "--health-addr=127.0.0.1:9722")
+		"--kubelet-pki-dir="+b.pki, "--ca-file="+ca, "--metrics-addr=127.0.0.1:9721", "--health-addr=127.0.0.1:9722", "--metrics-secure=false")
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/securemetrics"
+)
+
+// servingFlags are the agent's and the approver's endpoints: metrics (over
+// TLS to authenticated, authorized callers unless --metrics-secure=false)
+// and health (plain HTTP, for the kubelet's probes).
+type servingFlags struct {
+	metricsAddr, healthAddr string
+	profiling, secure       bool
+	certDir                 string
+	authTTL                 time.Duration
+}
+
+func (s *servingFlags) add(fs *pflag.FlagSet, metricsAddr, healthAddr, profilingNote string) {
+	fs.StringVar(&s.metricsAddr, "metrics-addr", metricsAddr, "Address for Prometheus /metrics (empty: off).")
+	fs.StringVar(&s.healthAddr, "health-addr", healthAddr, "Address for /healthz and /readyz, plain HTTP (empty: off).")
+	fs.BoolVar(&s.profiling, "profiling", false, "Serve Go's profiles under /debug/pprof/ on --metrics-addr, behind the same authentication and authorization as /metrics"+profilingNote+".")
+	fs.BoolVar(&s.secure, "metrics-secure", true, "Serve --metrics-addr over TLS, only to callers whose bearer token the API server authenticates (TokenReview) and authorizes to get the path (SubjectAccessReview; RBAC: nonResourceURLs [\"/metrics\"], verbs [\"get\"], the ClusterRole certready-metrics-reader). false: plain HTTP to anyone who can reach the port.")
+	fs.StringVar(&s.certDir, "metrics-cert-dir", "", "--metrics-secure: folder holding "+securemetrics.CertFile+" and "+securemetrics.KeyFile+" (a kubernetes.io/tls Secret, e.g. from cert-manager; read again when they change). Empty: a self-signed certificate made at start.")
+	fs.DurationVar(&s.authTTL, "metrics-auth-cache-ttl", 2*time.Minute, "--metrics-secure: how long a scraper's allowed token is trusted before the API server is asked again (refusals: at most 10s). Every scraper costs two reviews per TTL per process.")
+}
+
+// metricsTLS builds the metrics server's TLS and its authentication and
+// authorization filter, or nothing with --metrics-secure=false.
+func (s *servingFlags) metricsTLS(cfg *rest.Config, reg prometheus.Registerer) (*tls.Config, *securemetrics.Filter, error) {
+	if !s.secure || s.metricsAddr == "" {
+		return nil, nil, nil
+	}
+	if s.metricsAddr == s.healthAddr {
+		return nil, nil, fmt.Errorf("--metrics-addr and --health-addr are both %s: with --metrics-secure (the default) metrics are served over TLS and health over plain HTTP for the kubelet's probes; give them different ports, or set --metrics-secure=false", s.metricsAddr)
+	}
+	tlsCfg, err := securemetrics.TLSConfig(s.certDir, securemetrics.Hosts(s.metricsAddr))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-cert-dir=%s: %w", s.certDir, err)
+	}
+	reviewer, err := securemetrics.NewReviewer(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tlsCfg, securemetrics.NewFilter(reviewer, s.authTTL, reg), nil
+}
+
+// serveAndRun runs the metrics and health servers beside run, until ctx ends
+// or one of them fails.
+func (s *servingFlags) serveAndRun(ctx context.Context, cfg *rest.Config, reg *prometheus.Registry, ready *httpserve.Readiness, run func(context.Context) error) int {
+	logger := klog.FromContext(ctx)
+	tlsCfg, filter, err := s.metricsTLS(cfg, reg)
+	if err != nil {
+		logger.Error(err, "Cannot serve metrics")
+		return 2
+	}
+	var metrics http.Handler = httpserve.MetricsMux(reg, s.profiling)
+	if filter != nil {
+		metrics = filter.Wrap(metrics)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	type server struct {
+		serve func() error
+		err   error
+	}
+	var servers []server
+	if s.metricsAddr != "" && s.metricsAddr == s.healthAddr { // plain HTTP only (metricsTLS refuses otherwise)
+		mux := httpserve.HealthMux(ready)
+		mux.Handle("/metrics", metrics)
+		mux.Handle("/debug/pprof/", metrics)
+		var sv server
+		sv.serve, sv.err = httpserve.Serve(gctx, "metrics-addr", s.metricsAddr, mux, nil)
+		servers = append(servers, sv)
+	} else {
+		var m, h server
+		m.serve, m.err = httpserve.Serve(gctx, "metrics-addr", s.metricsAddr, metrics, tlsCfg)
+		h.serve, h.err = httpserve.Serve(gctx, "health-addr", s.healthAddr, httpserve.HealthMux(ready), nil)
+		servers = append(servers, m, h)
+	}
+	for _, sv := range servers {
+		if sv.err != nil {
+			logger.Error(sv.err, "Cannot listen")
+			return 1
+		}
+		g.Go(sv.serve)
+	}
+	g.Go(func() error { return run(gctx) })
+	if err := g.Wait(); err != nil {
+		logger.Error(err, "Stopped")
+		return 1
+	}
+	return 0
+}

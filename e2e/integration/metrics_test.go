@@ -1,0 +1,191 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/certready/certready/e2e/localcluster"
+)
+
+// kubectlApply applies the shipped manifests files as the admin.
+func kubectlApply(t *testing.T, ctx context.Context, files ...string) {
+	t.Helper()
+	kc, err := api.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kubeconfig=" + kc, "apply"}
+	for _, f := range files {
+		args = append(args, "-f", filepath.Join("..", "..", "manifests", "base", f))
+	}
+	if out, err := exec.CommandContext(ctx, filepath.Join(os.Getenv("CERTREADY_K8S_BIN"), "kubectl"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+// serviceAccountToken makes namespace/name (and its namespace) and
+// returns a bound token for it from the TokenRequest API, as the kubelet
+// mounts into a pod.
+func serviceAccountToken(t *testing.T, ctx context.Context, namespace, name string) string {
+	t.Helper()
+	if _, err := api.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := api.Admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := api.Admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates with token.
+func tokenKubeconfig(t *testing.T, token string) string {
+	t.Helper()
+	ca, err := os.ReadFile(api.AdminConfig.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: api.URL, CertificateAuthorityData: ca}
+	cfg.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
+	cfg.CurrentContext = "sa"
+	path := filepath.Join(t.TempDir(), "sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// The metrics endpoint as shipped: the approver runs as its own
+// ServiceAccount with the shipped RBAC (certready-metrics-auth lets it
+// review tokens and access); a scraper whose ServiceAccount is bound to
+// the shipped certready-metrics-reader gets the page over TLS; any other
+// token, a forged one, none, or plain HTTP gets nothing.
+func TestMetricsEndpointServesOnlyAuthorizedScrapers(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	kubectlApply(t, ctx, "namespace.yaml", "approver-rbac.yaml", "metrics-rbac.yaml")
+	approverKC := tokenKubeconfig(t, serviceAccountToken(t, ctx, "certready-system", "certready-approver"))
+	prometheus := serviceAccountToken(t, ctx, "monitoring", "prometheus")
+	nosy := serviceAccountToken(t, ctx, "default", "nosy")
+	if _, err := api.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-certready-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "certready-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: "monitoring"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr, healthAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	log := filepath.Join(t.TempDir(), "approver.log")
+	logf, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Getenv("CERTREADY_BIN"), "approver", "--kubeconfig="+approverKC, "--leader-elect=false",
+		"--metrics-addr="+metricsAddr, "--health-addr="+healthAddr)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			out, _ := os.ReadFile(log)
+			t.Logf("approver log:\n%s", out)
+		}
+	})
+	// Health is plain HTTP (the kubelet's probes), unauthenticated.
+	if err := localcluster.Poll(ctx, time.Minute, "the approver ready", func() (bool, error) {
+		resp, err := http.Get("http://" + healthAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Prometheus' tlsConfig as shipped: the self-signed certificate is not
+	// verified; the token is what is checked.
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the shipped ServiceMonitor's default, tested as such
+	scrape := func(token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	forged := prometheus[:len(prometheus)-4] + "AAAA" // the signature no longer matches
+	for _, tc := range []struct {
+		name, token string
+		code        int
+		body        string
+	}{
+		{"Prometheus, bound to certready-metrics-reader", prometheus, http.StatusOK, "certready_build_info"},
+		{"a ServiceAccount without the binding", nosy, http.StatusForbidden, "system:serviceaccount:default:nosy may not get /metrics"},
+		{"a forged token", forged, http.StatusUnauthorized, "does not accept"},
+		{"no token", "", http.StatusUnauthorized, "bearer token"},
+	} {
+		code, body := scrape(tc.token)
+		if code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: %d %.300q, want %d with %q", tc.name, code, body, tc.code, tc.body)
+		} else {
+			t.Logf("%s: %d", tc.name, code)
+		}
+	}
+	_, body := scrape(prometheus)
+	for _, want := range []string{`certready_metrics_requests_total{result="allowed"} 1`, `certready_metrics_requests_total{result="forbidden"} 1`, `certready_metrics_requests_total{result="unauthenticated"} 2`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	// Plain HTTP to the TLS port: no page.
+	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), "certready_") {
+			t.Errorf("plain HTTP got the page: %d", resp.StatusCode)
+		}
+	}
+}
