@@ -67,7 +67,7 @@ func serve(t *testing.T, r securemetrics.Reviewer, reg prometheus.Registerer) *h
 	}
 	f := securemetrics.NewFilter(r, time.Minute, reg)
 	srv := httptest.NewUnstartedServer(f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, "certready_up 1\n")
+		_, _ = io.WriteString(w, "certready_up 1\n")
 	})))
 	srv.TLS = cfg
 	srv.StartTLS()
