@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,6 +169,13 @@ func (k *Kind) JoinWorker(ctx context.Context, _ string) (Node, error) {
 		}
 	}
 	return Node{}, fmt.Errorf("node %s vanished after joining again", name)
+}
+
+// DialContext dials a node's address on kind's Docker network, which the
+// host reaches.
+func (k *Kind) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
 }
 
 func (k *Kind) ReRegisterNode(ctx context.Context, name string) error {

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,11 @@ func (l Local) NodeConfig(_ context.Context, name string) (*rest.Config, error) 
 }
 
 func (l Local) RestartAPIServer(ctx context.Context) error { return l.C.RestartAPIServer(ctx) }
+
+// DialContext dials inside the cluster's network namespace.
+func (l Local) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return l.C.DialContext(ctx, network, addr)
+}
 
 func (l Local) SetSigningDuration(_ context.Context, d time.Duration) error {
 	return l.C.RestartControllerManager(d)

@@ -9,6 +9,7 @@ package provider
 
 import (
 	"context"
+	"net"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,6 +65,9 @@ type Cluster interface {
 	// PointServingAt swaps kubelet-server-current.pem onto target as the
 	// kubelet does: a new symlink renamed onto the old one.
 	PointServingAt(ctx context.Context, node, target string) error
+	// DialContext connects to an address of the cluster's network (a
+	// node's address), as a pod on the host network would.
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // PKIDir is the kubelet's pki folder as seen on a node.
