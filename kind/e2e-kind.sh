@@ -17,6 +17,12 @@ export KIND_CLUSTER_NAME=${KIND_CLUSTER_NAME:-certready-e2e}
 kind delete cluster --name "$KIND_CLUSTER_NAME" >/dev/null 2>&1 || true
 trap '[ -n "${KEEP:-}" ] || kind delete cluster --name "$KIND_CLUSTER_NAME"' EXIT
 KIND_DEPLOY=0 kind/kind-up.sh
+# node-problem-detector's image for the npd scenario, built offline and
+# loaded like certready's; the suite skips that scenario without it.
+npd_bin=$(e2e/hack/build-npd.sh)
+npd_image=$(kind/npd-image.sh "$npd_bin")
+kind load docker-image "$npd_image" --name "$KIND_CLUSTER_NAME"
+export CERTREADY_NPD_BIN=$npd_bin
 # The preflight scenario runs the host's certready against the cluster.
 make --no-print-directory build
 export CERTREADY_BIN=$PWD/bin/certready
