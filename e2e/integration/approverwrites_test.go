@@ -29,19 +29,27 @@ import (
 // server as system:masters, without leader election, until the test ends.
 func startApprover(t *testing.T) {
 	t.Helper()
-	bin := os.Getenv("CERTREADY_BIN")
-	if bin == "" {
-		t.Fatal("CERTREADY_BIN is not set: run 'make -C e2e integration'")
-	}
 	kc, err := api.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
+	}
+	runApprover(t, "--kubeconfig="+kc, "--metrics-addr=", "--health-addr=")
+}
+
+// runApprover runs the certready binary's approver with args, without
+// leader election, until the test ends; its log is shown when the test
+// fails.
+func runApprover(t *testing.T, args ...string) {
+	t.Helper()
+	bin := os.Getenv("CERTREADY_BIN")
+	if bin == "" {
+		t.Fatal("CERTREADY_BIN is not set: run 'make -C e2e integration'")
 	}
 	log, err := os.Create(filepath.Join(t.TempDir(), "approver.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "approver", "--kubeconfig="+kc, "--leader-elect=false", "--metrics-addr=", "--health-addr=")
+	cmd := exec.Command(bin, append([]string{"approver", "--leader-elect=false"}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

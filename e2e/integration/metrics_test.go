@@ -108,25 +108,7 @@ func TestMetricsEndpointServesOnlyAuthorizedScrapers(t *testing.T) {
 	}
 
 	metricsAddr, healthAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
-	log := filepath.Join(t.TempDir(), "approver.log")
-	logf, err := os.Create(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Getenv("CERTREADY_BIN"), "approver", "--kubeconfig="+approverKC, "--leader-elect=false",
-		"--metrics-addr="+metricsAddr, "--health-addr="+healthAddr)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(log)
-			t.Logf("approver log:\n%s", out)
-		}
-	})
+	runApprover(t, "--kubeconfig="+approverKC, "--metrics-addr="+metricsAddr, "--health-addr="+healthAddr)
 	// Health is plain HTTP (the kubelet's probes), unauthenticated.
 	if err := localcluster.Poll(ctx, time.Minute, "the approver ready", func() (bool, error) {
 		resp, err := http.Get("http://" + healthAddr + "/readyz")
