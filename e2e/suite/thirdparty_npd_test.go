@@ -24,6 +24,7 @@ import (
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
 	"github.com/certready/certready/reporter/npdcheck"
 )
 
@@ -243,6 +244,16 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 		t.Fatalf("%s: no hand-over (Unknown %s, then False) in %s", w, npdcheck.PublishPending, summary(h))
 	}
 	t.Logf("%s, verified before NPD started: %s", w, summary(h[pending:]))
+
+	// kind cannot add a node: its JoinWorker registers a running worker
+	// again, and that worker's NPD, still running, re-applies its last
+	// condition (False) to the new Node object until its plugin runs
+	// again. A new node starts a new NPD; only the local cluster can
+	// show that.
+	if _, local := cluster.(provider.Local); !local {
+		t.Logf("the new-node half needs a cluster that adds nodes (the local cluster); done after the hand-over on %T", cluster)
+		return
+	}
 
 	// A new node: True while its CSR waits (no approver), False once the
 	// certificate is installed, and untainted.
