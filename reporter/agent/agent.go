@@ -138,7 +138,8 @@ type Agent struct {
 	writerUID types.UID
 
 	// Worker-only state.
-	proven  *provenCSR // the CSR that proved the current fingerprint
+	proven  *provenCSR  // the CSR that proved the current fingerprint
+	served  *servedCert // the certificate last published ready
 	pending pendingState
 	checks  int
 
@@ -152,6 +153,11 @@ type Agent struct {
 type provenCSR struct {
 	fp  fingerprint.SHA256
 	csr csrmatch.Result
+}
+
+type servedCert struct {
+	fp       fingerprint.SHA256
+	notAfter time.Time
 }
 
 type pendingState struct {
@@ -359,11 +365,37 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	if out == condition.Transitioned {
 		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
 	}
+	if v.Ready() {
+		a.noteServed(ctx, node, in)
+	}
 	if a.ready != nil && !a.ready.Ready() {
 		a.ready.Set(true, "")
 	}
 	a.checkDone()
 	return next, nil
+}
+
+// noteServed records a rotation when the certificate just published ready
+// differs from the one published ready before: both full fingerprints and
+// NotAfter, on a Node event CertificateRotated (the runbook's before and
+// after), in the log and in certready_certificate_rotations_total. The
+// first certificate a process proves is no rotation: what came before a
+// restart is not known here.
+func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.Input) {
+	if in.File.Leaf == nil {
+		return
+	}
+	prev := a.served
+	a.served = &servedCert{fp: in.File.Fingerprint, notAfter: in.File.Leaf.NotAfter}
+	if prev == nil || prev.fp == a.served.fp {
+		return
+	}
+	a.metrics.rotations.Inc()
+	klog.FromContext(ctx).Info("Serving certificate rotated", "old", prev.fp.String(), "oldNotAfter", prev.notAfter,
+		"new", a.served.fp.String(), "newNotAfter", a.served.notAfter, "csr", in.CSR.Match.Name)
+	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}, corev1.EventTypeNormal, "CertificateRotated",
+		"serving certificate rotated: sha256 %s (notAfter %s) -> sha256 %s (notAfter %s), issued by %s",
+		prev.fp, names.Stamp(prev.notAfter), a.served.fp, names.Stamp(a.served.notAfter), in.CSR.Match.Describe())
 }
 
 // checkDone records a completed check for the watchdog.

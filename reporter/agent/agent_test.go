@@ -27,6 +27,7 @@ import (
 	certv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
@@ -296,6 +297,9 @@ func TestBootstrapThenRotation(t *testing.T) {
 		return value(t, h.reg, "certready_kubelet_serving_cert_ready", nil) == 1
 	})
 	readyAt := c.LastTransitionTime
+	if n := value(t, h.reg, "certready_certificate_rotations_total", nil); n != 0 {
+		t.Errorf("the first certificate proven counted as %v rotations", n)
+	}
 
 	// Rotation: the new file lands but the kubelet keeps serving the old one.
 	second := h.issue("w1")
@@ -313,6 +317,30 @@ func TestBootstrapThenRotation(t *testing.T) {
 	c = h.waitFor(verdict.Ready)
 	if !strings.Contains(c.Message, "csr-2") {
 		t.Errorf("ready message %q does not name csr-2", c.Message)
+	}
+	// The rotation's evidence: one Node event with both full fingerprints
+	// and NotAfter, and the counter.
+	var rotated []string
+	h.poll("a CertificateRotated event", func() bool {
+		evs, err := h.cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotated = nil
+		for _, e := range evs.Items {
+			if e.Reason == "CertificateRotated" && e.InvolvedObject.Name == "w1" && e.Type == corev1.EventTypeNormal {
+				rotated = append(rotated, e.Message)
+			}
+		}
+		return len(rotated) > 0
+	})
+	for _, want := range []string{fingerprint.Of(first.Cert).String(), fingerprint.Of(second.Cert).String(), names.Stamp(second.Cert.NotAfter), "csr-2"} {
+		if len(rotated) != 1 || !strings.Contains(rotated[0], want) {
+			t.Errorf("rotation events %q: want one naming %s", rotated, want)
+		}
+	}
+	if n := value(t, h.reg, "certready_certificate_rotations_total", nil); n != 1 {
+		t.Errorf("certready_certificate_rotations_total = %v, want 1", n)
 	}
 }
 

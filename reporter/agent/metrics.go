@@ -27,6 +27,7 @@ type metrics struct {
 	foreign            prometheus.Counter
 	stalled            prometheus.Gauge
 	clockSkew          prometheus.Gauge
+	rotations          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -88,9 +89,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "certready_clock_skew_seconds",
 			Help: "The node's clock minus the API server's (the Date of its responses), at the last check; negative: the node is behind.",
 		}),
+		rotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "certready_certificate_rotations_total",
+			Help: "Serving certificates proven ready that replaced another this process had proven (the first one after a start is not counted).",
+		}),
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.notAfterDeprecated, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
-		m.foreign, m.stalled, m.clockSkew)
+		m.foreign, m.stalled, m.clockSkew, m.rotations)
 	for _, r := range verdict.AllReasons {
 		m.reason.WithLabelValues(string(r)).Set(0)
 	}
