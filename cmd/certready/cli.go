@@ -39,7 +39,8 @@ func execute(ctx context.Context, args []string) int {
 }
 
 // newRootCommand is certready's command tree: the fleet commands an
-// operator runs (status, preflight; also as 'kubectl certready'), the
+// operator runs (status, preflight, verify; status also as 'kubectl
+// certready'), the
 // processes the manifests run (agent, approver, check, copy-binary), and
 // version and shell completion.
 func newRootCommand(ctx context.Context) *cobra.Command {
@@ -48,14 +49,14 @@ func newRootCommand(ctx context.Context) *cobra.Command {
 		Short: "Keeps nodes from taking workloads until their kubelet can really serve TLS.",
 		Long: "certready keeps a Kubernetes node from taking workloads until its kubelet can really serve TLS.\n\n" +
 			"Operators: 'certready status' (or 'kubectl certready') shows which nodes are not ready and why;\n" +
-			"'certready preflight' what a NodeReadinessRule would do. The other commands are what the\n" +
-			"manifests run.",
+			"'certready preflight' what a NodeReadinessRule would do; 'certready verify' whether a renewal\n" +
+			"happened. The other commands are what the manifests run.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Operator commands (read-only, your kubeconfig):"},
 		&cobra.Group{ID: "process", Title: "What the manifests run:"})
-	root.AddCommand(newStatusCommand(), newPreflightCommand())
+	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand())
 	for _, c := range commands() {
 		if c.name == "version" {
 			root.AddCommand(processCommand(ctx, c, ""))

@@ -2,7 +2,10 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/reporter/fleet"
 )
 
 // versionPod runs `certready version` on a worker (the image our runtime
@@ -201,7 +205,9 @@ func TestNodeRegisteredAgainIsUntaintedAtOnce(t *testing.T) {
 
 // Expiry (last in this file, so it runs last: it is the slowest): with 3-minute certificates and no approver, the certificate
 // expires unrenewed and the condition says so; the approver's return
-// renews it and the condition recovers.
+// renews it and the condition recovers. The runbook's acceptance around
+// it: a baseline taken while the first certificate serves, certready
+// verify failing the node before the renewal and passing it after.
 func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	deployed(t)
@@ -221,6 +227,30 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	}
 	got := waitCondition(t, ctx, n.Name, 2*time.Minute, "ready with a short certificate", readyAndUntainted)
 	t.Logf("%s ready: %s", n.Name, certCondition(got).Message)
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	baseline, _ := runCertready(t, ctx, "status", "--kubeconfig="+kubeconfig, "-o", "json")
+	baselineFile := filepath.Join(t.TempDir(), "before.json")
+	if err := os.WriteFile(baselineFile, []byte(baseline), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() (fleet.Verification, int) {
+		t.Helper()
+		out, code := runCertready(t, ctx, "verify", "--kubeconfig="+kubeconfig, "--baseline="+baselineFile, "-o", "json")
+		var doc struct{ Nodes []fleet.Verification }
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("certready verify -o json (exit %d): %v\n%s", code, err, out)
+		}
+		for _, v := range doc.Nodes {
+			if v.Node == n.Name {
+				return v, code
+			}
+		}
+		t.Fatalf("certready verify does not list %s:\n%s", n.Name, out)
+		return fleet.Verification{}, code
+	}
+	if v, code := verify(); code != 1 || v.Passed || !strings.Contains(v.Reason, "did not change") {
+		t.Fatalf("verify before the renewal: exit %d, %s %+v, want exit 1 and the certificate unchanged", code, n.Name, v)
+	}
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
 	c := certCondition(waitCondition(t, ctx, n.Name, 5*time.Minute, "CertificateExpired", hasReason("CertificateExpired", corev1.ConditionTrue)))
@@ -230,4 +260,26 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 		c := certCondition(n)
 		return c != nil && c.Status == corev1.ConditionFalse
 	})
+	// The other nodes kept their certificates: verify exits 1 for them;
+	// this node passes, with a new fingerprint that expires later.
+	v, code := verify()
+	if code != 1 || !v.Passed || v.Before == nil || v.After == nil || v.Before.Fingerprint == v.After.Fingerprint || v.After.NotAfter <= v.Before.NotAfter {
+		t.Fatalf("verify after the renewal: exit %d, %s %+v (before %+v, after %+v), want it passed", code, n.Name, v, v.Before, v.After)
+	}
+	t.Logf("certready verify: %s renewed, sha256 %s (notAfter %s) -> %s (notAfter %s)", n.Name, v.Before.Fingerprint, v.Before.NotAfter, v.After.Fingerprint, v.After.NotAfter)
+	// The agent's own record of it: a CertificateRotated Node event with
+	// both full fingerprints.
+	var rotated string
+	err = localcluster.Poll(ctx, time.Minute, "a CertificateRotated event on "+n.Name, func() (bool, error) {
+		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + n.Name + ",reason=CertificateRotated"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		rotated = evs.Items[len(evs.Items)-1].Message
+		return true, nil
+	})
+	if err != nil || !strings.Contains(rotated, v.Before.Fingerprint) || !strings.Contains(rotated, v.After.Fingerprint) {
+		t.Fatalf("%v: event %q, want both full fingerprints", err, rotated)
+	}
+	t.Logf("event CertificateRotated: %s", rotated)
 }

@@ -1,0 +1,150 @@
+//go:build !nodeonly
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/fleet"
+)
+
+// newVerifyCommand is the runbook's before/after acceptance of a
+// renewal. Exit 0: every node passed; 1: some did not; 2: error.
+func newVerifyCommand() *cobra.Command {
+	var baseline, output, condType, taintKey, selector string
+	var maxAge time.Duration
+	cmd := &cobra.Command{
+		Use:     "verify --baseline before.json",
+		GroupID: "fleet",
+		Short:   "Accept a renewal: every node serves a new certificate that expires later than in a baseline.",
+		Long: "Compares the fleet now with a baseline taken before a renewal ('certready status -o json >\n" +
+			"before.json'): a node passes when it was ready with a certificate then, is ready now, serves\n" +
+			"another certificate (full SHA-256) and that one expires later. Nodes only in the baseline or only\n" +
+			"now fail. Read-only. Exit 0: every node passed; 1: some did not; 2: error.",
+		Example: "  certready status -o json > before.json\n  # renew (e.g. restart kubelets with a short rotation, or wait for rotation)\n  certready verify --baseline before.json\n  certready verify --baseline before.json -l node-role.kubernetes.io/worker -o json",
+		Args:    cobra.NoArgs,
+	}
+	kf := newFleetFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
+	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector, now and in the baseline.")
+	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
+	fs.StringVar(&taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
+	fs.DurationVar(&maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale).")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready verify: %v\n", err); return exitCode(2) }
+		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+			return fail(err)
+		}
+		if output != "" && output != "json" && output != "yaml" {
+			return fail(fmt.Errorf("--output=%s: want json or yaml (empty: a table)", output))
+		}
+		before, err := readBaseline(baseline)
+		if err != nil {
+			return fail(err)
+		}
+		client, err := kf.client("certready-verify/" + version)
+		if err != nil {
+			return fail(err)
+		}
+		nodes, err := listNodes(cmd.Context(), client, selector)
+		if err != nil {
+			return fail(err)
+		}
+		if selector != "" {
+			before = selected(before, nodes)
+		}
+		rows := fleet.Verify(before, fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, maxAge, time.Now()))
+		if err := printVerify(cmd.OutOrStdout(), output, rows); err != nil {
+			return fail(err)
+		}
+		for _, r := range rows {
+			if !r.Passed {
+				return exitCode(1)
+			}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// readBaseline reads status -o json (or yaml) output.
+func readBaseline(path string) ([]fleet.NodeStatus, error) {
+	if path == "" {
+		return nil, fmt.Errorf("--baseline is required: take one before the renewal with 'certready status -o json > before.json'")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--baseline: %w", err)
+	}
+	var doc struct {
+		Nodes *[]fleet.NodeStatus `json:"nodes"`
+	}
+	const want = "is not the output of 'certready status -o json' ({\"nodes\": [...]})"
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return nil, fmt.Errorf("--baseline=%s %s: %w", path, want, err)
+	}
+	if doc.Nodes == nil {
+		return nil, fmt.Errorf("--baseline=%s %s: no nodes field", path, want)
+	}
+	return *doc.Nodes, nil
+}
+
+// selected keeps the baseline's nodes that -l selects now: a node the
+// selector leaves out is not a failure. (A baseline node gone from the
+// cluster cannot be told from one the selector leaves out; with -l, it is
+// not reported.)
+func selected(before []fleet.NodeStatus, nodes []corev1.Node) []fleet.NodeStatus {
+	now := map[string]bool{}
+	for _, n := range nodes {
+		now[n.Name] = true
+	}
+	var out []fleet.NodeStatus
+	for _, b := range before {
+		if now[b.Node] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func printVerify(w io.Writer, output string, rows []fleet.Verification) error {
+	if rows == nil {
+		rows = []fleet.Verification{}
+	}
+	if output != "" {
+		return printDocument(w, output, map[string]any{"nodes": rows})
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tRESULT\tBEFORE\tAFTER\tNOT AFTER\tREASON")
+	passed := 0
+	for _, r := range rows {
+		result, before, after, notAfter := "FAIL", "-", "-", "-"
+		if r.Passed {
+			result = "PASS"
+			passed++
+		}
+		if r.Before != nil {
+			before = r.Before.Fingerprint[:min(16, len(r.Before.Fingerprint))]
+		}
+		if r.After != nil {
+			after, notAfter = r.After.Fingerprint[:min(16, len(r.After.Fingerprint))], r.After.NotAfter
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, result, before, after, notAfter, r.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d of %d nodes renewed (full fingerprints: -o json).\n", passed, len(rows))
+	return err
+}

@@ -1,0 +1,100 @@
+package fleet
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Verification is one node's before/after acceptance of a renewal.
+type Verification struct {
+	Node string `json:"node"`
+	// Passed: ready now, with a certificate other than the baseline's
+	// that expires later.
+	Passed bool   `json:"passed"`
+	Before *Cert  `json:"before,omitempty"`
+	After  *Cert  `json:"after,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Cert is a serving certificate as the fleet view reports it.
+type Cert struct {
+	Fingerprint string `json:"fingerprint"`
+	NotAfter    string `json:"notAfter,omitempty"`
+	CSR         string `json:"csr,omitempty"`
+}
+
+func certOf(s NodeStatus) *Cert {
+	if s.Fingerprint == "" {
+		return nil
+	}
+	c := &Cert{Fingerprint: s.Fingerprint, CSR: s.CSR}
+	if s.NotAfter != nil {
+		c.NotAfter = s.NotAfter.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	return c
+}
+
+// Verify is the runbook's acceptance after a renewal: for every node of
+// now (the selected nodes) and of before (a baseline taken with status -o
+// json), it passes only when the node was ready with a certificate in the
+// baseline, is ready now, serves another certificate (full SHA-256) and
+// that one expires later. Sorted by node, failures first.
+func Verify(before, now []NodeStatus) []Verification {
+	was := map[string]NodeStatus{}
+	for _, b := range before {
+		was[b.Node] = b
+	}
+	seen := map[string]bool{}
+	var out []Verification
+	for _, n := range now {
+		seen[n.Node] = true
+		b, ok := was[n.Node]
+		v := Verification{Node: n.Node, After: certOf(n)}
+		if ok {
+			v.Before = certOf(b)
+		}
+		switch {
+		case !ok:
+			v.Reason = "not in the baseline (a node that joined since; take a new baseline to include it)"
+		case v.Before == nil:
+			v.Reason = "no certificate in the baseline (the node was not ready when it was taken)"
+		case !n.Ready:
+			v.Reason = fmt.Sprintf("not ready now: %s", problemOf(n))
+		case v.After == nil:
+			v.Reason = "ready, but its agent reports no certificate (an older agent?)"
+		case v.After.Fingerprint == v.Before.Fingerprint:
+			v.Reason = "the serving certificate did not change (sha256 " + short(v.After.Fingerprint) + ")"
+		case b.NotAfter == nil || n.NotAfter == nil || !n.NotAfter.After(*b.NotAfter):
+			v.Reason = fmt.Sprintf("the new certificate does not expire later (%s, was %s)", v.After.NotAfter, v.Before.NotAfter)
+		default:
+			v.Passed = true
+		}
+		out = append(out, v)
+	}
+	for _, b := range before {
+		if !seen[b.Node] {
+			out = append(out, Verification{Node: b.Node, Before: certOf(b), Reason: "in the baseline but not selected now (gone, or left out by -l)"})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Passed != out[j].Passed {
+			return !out[i].Passed
+		}
+		return out[i].Node < out[j].Node
+	})
+	return out
+}
+
+func problemOf(n NodeStatus) string {
+	if n.Problem != "" {
+		return n.Problem
+	}
+	return n.Reason
+}
+
+func short(fp string) string {
+	if len(fp) > 16 {
+		return fp[:16]
+	}
+	return fp
+}

@@ -1,0 +1,64 @@
+package fleet_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/certready/certready/reporter/fleet"
+)
+
+func TestVerify(t *testing.T) {
+	day := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d int) *time.Time { x := day.AddDate(0, 0, d); return &x }
+	ready := func(node, fp string, notAfter *time.Time) fleet.NodeStatus {
+		return fleet.NodeStatus{Node: node, Ready: true, Status: "False", Fingerprint: fp, NotAfter: notAfter, CSR: "csr-" + fp[:2]}
+	}
+	fpA, fpB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	before := []fleet.NodeStatus{
+		ready("renewed", fpA, at(10)),
+		ready("unchanged", fpA, at(10)),
+		ready("earlier", fpA, at(10)),
+		ready("broken-now", fpA, at(10)),
+		{Node: "was-not-ready", Status: "True", Reason: "CSRPending"},
+		ready("gone", fpA, at(10)),
+	}
+	now := []fleet.NodeStatus{
+		ready("renewed", fpB, at(40)),
+		ready("unchanged", fpA, at(10)),
+		ready("earlier", fpB, at(5)),
+		{Node: "broken-now", Status: "True", Reason: "EndpointCertificateMismatch", Problem: "kubelet serves another certificate"},
+		ready("was-not-ready", fpB, at(40)),
+		ready("joined", fpB, at(40)),
+	}
+	want := map[string]string{ // node -> "" (passed) or a word of its reason
+		"renewed":       "",
+		"unchanged":     "did not change",
+		"earlier":       "does not expire later",
+		"broken-now":    "not ready now: kubelet serves another certificate",
+		"was-not-ready": "no certificate in the baseline",
+		"joined":        "not in the baseline",
+		"gone":          "not selected now",
+	}
+	got := fleet.Verify(before, now)
+	if len(got) != len(want) {
+		t.Fatalf("%d verifications, want %d: %+v", len(got), len(want), got)
+	}
+	for i, v := range got {
+		w, ok := want[v.Node]
+		switch {
+		case !ok:
+			t.Errorf("unexpected node %s", v.Node)
+		case w == "" && (!v.Passed || v.Reason != ""):
+			t.Errorf("%s: %+v, want passed", v.Node, v)
+		case w != "" && (v.Passed || !strings.Contains(v.Reason, w)):
+			t.Errorf("%s: passed=%v %q, want failed with %q", v.Node, v.Passed, v.Reason, w)
+		}
+		if i < len(got)-1 && v.Passed && !got[i+1].Passed {
+			t.Errorf("a pass (%s) sorted before a failure (%s)", v.Node, got[i+1].Node)
+		}
+	}
+	if r := got[len(got)-1]; r.Node != "renewed" || r.Before.Fingerprint != fpA || r.After.Fingerprint != fpB || r.After.NotAfter != "2027-01-10T00:00:00Z" {
+		t.Errorf("renewed: %+v before %+v after %+v", r, r.Before, r.After)
+	}
+}
