@@ -7,11 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/fleet"
 )
 
 // exitCode carries a command's exit status through cobra (status and
@@ -112,4 +117,35 @@ func (f *fleetFlags) client(userAgent string) (kubernetes.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.UserAgent = f.qps, f.burst, userAgent
 	return kubernetes.NewForConfig(cfg)
+}
+
+// fleetView is status's and verify's reading of the fleet: the connection
+// flags, -l, and how a node's condition and taint are read.
+type fleetView struct {
+	*fleetFlags
+	selector, condType, taintKey string
+	maxAge                       time.Duration
+}
+
+func newFleetView(cmd *cobra.Command) *fleetView {
+	v := &fleetView{fleetFlags: newFleetFlags(cmd)}
+	fs := cmd.Flags()
+	fs.StringVarP(&v.selector, "selector", "l", "", "Only the nodes matching this label selector (e.g. -l node-role.kubernetes.io/worker).")
+	fs.StringVar(&v.condType, "condition-type", names.ConditionType, "The agent's node condition.")
+	fs.StringVar(&v.taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
+	fs.DurationVar(&v.maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
+	return v
+}
+
+// read lists the selected nodes and gives each one's line.
+func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) ([]corev1.Node, []fleet.NodeStatus, error) {
+	client, err := v.client(userAgent)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes, err := listNodes(ctx, client, v.selector)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nodes, fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now), nil
 }

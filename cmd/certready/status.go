@@ -12,21 +12,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
-	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
 )
 
 // newStatusCommand is the fleet view: one line per node. Exit 0: every
 // (listed) node is ready; 1: some are not; 2: could not read the cluster.
 func newStatusCommand() *cobra.Command {
-	var output, condType, taintKey, selector string
+	var output string
 	var problems, noHeaders bool
-	var maxAge time.Duration
 	cmd := &cobra.Command{
 		Use:     "status",
 		GroupID: "fleet",
@@ -38,16 +35,12 @@ func newStatusCommand() *cobra.Command {
 		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker -o jsonpath='{.nodes[?(@.ready==false)].node}'",
 		Args:    cobra.NoArgs,
 	}
-	kf := newFleetFlags(cmd)
+	view := newFleetView(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or jsonpath=<template> over the json. Empty: a table.")
 	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
-	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector (e.g. -l node-role.kubernetes.io/worker).")
 	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
-	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
-	fs.StringVar(&taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
-	fs.DurationVar(&maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
-	fs.DurationVar(&maxAge, "stale-after", fleet.DefaultStaleAfter, "")
+	fs.DurationVar(&view.maxAge, "stale-after", fleet.DefaultStaleAfter, "")
 	_ = fs.MarkDeprecated("stale-after", "use --condition-max-age (the same meaning as the approver's; the agent's --stale-after is its watchdog)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
@@ -58,16 +51,11 @@ func newStatusCommand() *cobra.Command {
 		if err != nil {
 			return fail(err)
 		}
-		client, err := kf.client("certready-status/" + version)
-		if err != nil {
-			return fail(err)
-		}
-		nodes, err := listNodes(cmd.Context(), client, selector)
-		if err != nil {
-			return fail(err)
-		}
 		now := time.Now()
-		rows := fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, maxAge, now)
+		nodes, rows, err := view.read(cmd.Context(), "certready-status/"+version, now)
+		if err != nil {
+			return fail(err)
+		}
 		notReady := len(fleet.Problems(rows))
 		if problems {
 			rows = fleet.Problems(rows)

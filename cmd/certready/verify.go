@@ -13,15 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
 )
 
 // newVerifyCommand is the runbook's before/after acceptance of a
 // renewal. Exit 0: every node passed; 1: some did not; 2: error.
 func newVerifyCommand() *cobra.Command {
-	var baseline, output, condType, taintKey, selector string
-	var maxAge time.Duration
+	var baseline, output string
 	cmd := &cobra.Command{
 		Use:     "verify --baseline before.json",
 		GroupID: "fleet",
@@ -33,14 +31,10 @@ func newVerifyCommand() *cobra.Command {
 		Example: "  certready status -o json > before.json\n  # renew (e.g. restart kubelets with a short rotation, or wait for rotation)\n  certready verify --baseline before.json\n  certready verify --baseline before.json -l node-role.kubernetes.io/worker -o json",
 		Args:    cobra.NoArgs,
 	}
-	kf := newFleetFlags(cmd)
+	view := newFleetView(cmd) // -l selects now and in the baseline
 	fs := cmd.Flags()
 	fs.StringVar(&baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
 	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
-	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector, now and in the baseline.")
-	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
-	fs.StringVar(&taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
-	fs.DurationVar(&maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale).")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready verify: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
@@ -53,18 +47,14 @@ func newVerifyCommand() *cobra.Command {
 		if err != nil {
 			return fail(err)
 		}
-		client, err := kf.client("certready-verify/" + version)
+		nodes, now, err := view.read(cmd.Context(), "certready-verify/"+version, time.Now())
 		if err != nil {
 			return fail(err)
 		}
-		nodes, err := listNodes(cmd.Context(), client, selector)
-		if err != nil {
-			return fail(err)
-		}
-		if selector != "" {
+		if view.selector != "" {
 			before = selected(before, nodes)
 		}
-		rows := fleet.Verify(before, fleet.Status(nodes, corev1.NodeConditionType(condType), taintKey, maxAge, time.Now()))
+		rows := fleet.Verify(before, now)
 		if err := printVerify(cmd.OutOrStdout(), output, rows); err != nil {
 			return fail(err)
 		}
