@@ -125,10 +125,10 @@ func printVerify(w io.Writer, output string, rows []fleet.Verification) error {
 			passed++
 		}
 		if r.Before != nil {
-			before = r.Before.Fingerprint[:min(16, len(r.Before.Fingerprint))]
+			before = r.Before.Short()
 		}
 		if r.After != nil {
-			after, notAfter = r.After.Fingerprint[:min(16, len(r.After.Fingerprint))], r.After.NotAfter
+			after, notAfter = r.After.Short(), r.After.NotAfter
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, result, before, after, notAfter, r.Reason)
 	}

@@ -3,6 +3,8 @@ package fleet
 import (
 	"fmt"
 	"sort"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // Verification is one node's before/after acceptance of a renewal.
@@ -29,7 +31,7 @@ func certOf(s NodeStatus) *Cert {
 	}
 	c := &Cert{Fingerprint: s.Fingerprint, CSR: s.CSR}
 	if s.NotAfter != nil {
-		c.NotAfter = s.NotAfter.UTC().Format("2006-01-02T15:04:05Z")
+		c.NotAfter = names.Stamp(*s.NotAfter)
 	}
 	return c
 }
@@ -63,7 +65,7 @@ func Verify(before, now []NodeStatus) []Verification {
 		case v.After == nil:
 			v.Reason = "ready, but its agent reports no certificate (an older agent?)"
 		case v.After.Fingerprint == v.Before.Fingerprint:
-			v.Reason = "the serving certificate did not change (sha256 " + short(v.After.Fingerprint) + ")"
+			v.Reason = "the serving certificate did not change (sha256 " + v.After.Short() + ")"
 		case b.NotAfter == nil || n.NotAfter == nil || !n.NotAfter.After(*b.NotAfter):
 			v.Reason = fmt.Sprintf("the new certificate does not expire later (%s, was %s)", v.After.NotAfter, v.Before.NotAfter)
 		default:
@@ -92,9 +94,6 @@ func problemOf(n NodeStatus) string {
 	return n.Reason
 }
 
-func short(fp string) string {
-	if len(fp) > 16 {
-		return fp[:16]
-	}
-	return fp
-}
+// Short is the fingerprint's first 16 hex digits, as fingerprint.Short
+// writes them in condition messages.
+func (c *Cert) Short() string { return c.Fingerprint[:min(16, len(c.Fingerprint))] }
