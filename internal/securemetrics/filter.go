@@ -101,14 +101,18 @@ func (f *Filter) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// refusalCodes answer each refusal; a package variable, not a map built
+// per refusal: refusals are what a flood of bad tokens makes.
+var refusalCodes = map[string]int{
+	ResultUnauthenticated: http.StatusUnauthorized,
+	ResultForbidden:       http.StatusForbidden,
+	ResultThrottled:       http.StatusTooManyRequests,
+	ResultError:           http.StatusServiceUnavailable,
+}
+
 func (f *Filter) refuse(w http.ResponseWriter, result, reason string) {
 	f.requests.WithLabelValues(result).Inc()
-	code := map[string]int{
-		ResultUnauthenticated: http.StatusUnauthorized,
-		ResultForbidden:       http.StatusForbidden,
-		ResultThrottled:       http.StatusTooManyRequests,
-		ResultError:           http.StatusServiceUnavailable,
-	}[result]
+	code := refusalCodes[result]
 	switch code {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="certready metrics"`)
