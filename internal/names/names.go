@@ -37,6 +37,19 @@ const (
 	// approver's taint fallback lifted its readiness taint.
 	CompletedAnnotation = "certready.io/bootstrap-completed"
 
+	// DecisionRuleAnnotation and DecisionMessageAnnotation keep the
+	// approver's latest refusal on a CSR it left pending (the rule, and the
+	// message of its Warning event, which expires after an hour).
+	DecisionRuleAnnotation    = "certready.io/decision-rule"
+	DecisionMessageAnnotation = "certready.io/decision-message"
+
+	// IssuedKey marks, in spec.extra of a cached CSR (never written back),
+	// that the informer dropped the issued certificate of an approved
+	// request: it stays Issued, not Approved-but-unsigned, without the
+	// bytes. It only matters on an approved request (pending, denied and
+	// failed ones are so by their conditions).
+	IssuedKey = "certready.io/issued"
+
 	// DroppedRequestKey marks, in spec.extra of a cached CSR (never
 	// written back: spec is immutable), that the informer dropped its
 	// request for being larger than the bound; the value is its size. The

@@ -36,13 +36,16 @@ type API interface {
 	PatchNodeStatus(ctx context.Context, node string, patch []byte) error
 	// CreateEvent writes an event (NodeEvents records through it).
 	CreateEvent(ctx context.Context, e *corev1.Event) error
+	// ClusterUID is the kube-system Namespace's UID: the cluster's
+	// identity in the decision ledger.
+	ClusterUID(ctx context.Context) (string, error)
 }
 
 // Scheme holds the node side's types, and no others of their groups:
 // Nodes and Events of core/v1, CertificateSigningRequests.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Node{}, &corev1.NodeList{}, &corev1.Event{}, &corev1.EventList{})
+	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Node{}, &corev1.NodeList{}, &corev1.Event{}, &corev1.EventList{}, &corev1.Namespace{})
 	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
 	s.AddKnownTypes(certv1.SchemeGroupVersion, &certv1.CertificateSigningRequest{}, &certv1.CertificateSigningRequestList{})
 	metav1.AddToGroupVersion(s, certv1.SchemeGroupVersion)
@@ -133,6 +136,14 @@ func (c *Client) PatchNodeStatus(ctx context.Context, node string, patch []byte)
 		return fmt.Errorf("patching the status of node %s: %w", node, err)
 	}
 	return nil
+}
+
+func (c *Client) ClusterUID(ctx context.Context) (string, error) {
+	out := &corev1.Namespace{}
+	if err := c.core.Get().Resource("namespaces").Name(metav1.NamespaceSystem).Do(ctx).Into(out); err != nil {
+		return "", fmt.Errorf("reading namespace %s (the cluster's identity): %w", metav1.NamespaceSystem, err)
+	}
+	return string(out.UID), nil
 }
 
 func (c *Client) CreateEvent(ctx context.Context, e *corev1.Event) error {

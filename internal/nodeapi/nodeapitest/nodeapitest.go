@@ -67,6 +67,14 @@ func (a adapter) PatchNodeStatus(ctx context.Context, node string, patch []byte)
 	return err
 }
 
+func (a adapter) ClusterUID(ctx context.Context) (string, error) {
+	ns, err := a.cs.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return string(ns.UID), nil
+}
+
 func (a adapter) CreateEvent(ctx context.Context, e *corev1.Event) error {
 	_, err := a.cs.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
 	return err

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/certready/certready/internal/ledger"
+)
+
+// ledgerFlags configure the decision ledger (docs/ledger.md), the same for
+// the agent and the approver.
+type ledgerFlags struct {
+	sinks               string
+	maxSize, maxBackups int
+}
+
+func (l *ledgerFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&l.sinks, "ledger", ledger.SinkStdout, "Decision ledger sinks, comma-separated: stdout (JSON lines on standard output; logs go to standard error), file:<absolute path> (rotated by size), or none (docs/ledger.md).")
+	fs.IntVar(&l.maxSize, "ledger-max-size", 100, "Ledger file sink: rotate the file at this size in MiB.")
+	fs.IntVar(&l.maxBackups, "ledger-max-backups", 5, "Ledger file sink: rotated files to keep.")
+}
+
+// build returns the ledger (nil for none); reg receives its metrics.
+func (l *ledgerFlags) build(component, actor string, reg prometheus.Registerer) (*ledger.Ledger, error) {
+	sinks, err := ledger.ParseSinks(l.sinks)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.New(ledger.Config{Sinks: sinks, MaxSizeMB: l.maxSize, MaxBackups: l.maxBackups,
+		Component: component, Actor: actor, Version: version}, reg)
+}

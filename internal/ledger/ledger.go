@@ -1,0 +1,303 @@
+// Package ledger keeps certready's decision ledger: one JSON line per
+// approver decision, agent verdict change and certificate rotation, in a
+// versioned schema (Schema), written to standard output (the cluster's log
+// pipeline) and/or a size-rotated file. Writing happens on a goroutine of
+// its own behind a bounded queue: a slow or broken sink never holds up an
+// approval, and every record it could not write is counted
+// (certready_ledger_write_failures_total), never dropped silently.
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/natefinch/lumberjack.v2"
+	"k8s.io/klog/v2"
+)
+
+// Schema names the record layout; a change that is not an added optional
+// field gets a new version.
+const Schema = "certready.io/ledger/v1"
+
+// Action is what a record says happened.
+type Action string
+
+// Approver decisions, then the agent's records.
+const (
+	Approved         Action = "approved"
+	LeftPending      Action = "left-pending"
+	Denied           Action = "denied"
+	Superseded       Action = "superseded"
+	Deferred         Action = "deferred"
+	DecidedElsewhere Action = "decided-elsewhere"
+	VerdictChanged   Action = "verdict-changed"
+	Rotated          Action = "certificate-rotated"
+)
+
+// Record is one ledger line. Fields a record does not know are left out.
+// No key material: SANs, the key's type and certificate fingerprints only.
+type Record struct {
+	Schema  string    `json:"schema"`
+	EventID string    `json:"event_id"`
+	Time    time.Time `json:"time"`
+	// Cluster is the kube-system Namespace's UID.
+	Cluster   string `json:"cluster,omitempty"`
+	Component string `json:"component"`
+	// Actor is who acted: the approver's leader identity, the agent's node.
+	Actor   string `json:"actor"`
+	Version string `json:"version"`
+
+	Action Action `json:"action"`
+	// Rule is the approval policy's rule, or the agent's verdict reason.
+	Rule    string `json:"rule,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Status is the condition status a verdict published (True, False,
+	// Unknown).
+	Status string `json:"status,omitempty"`
+
+	Node      string   `json:"node,omitempty"`
+	CSR       string   `json:"csr,omitempty"`
+	CSRUID    string   `json:"csr_uid,omitempty"`
+	Requester string   `json:"requester,omitempty"`
+	SANs      []string `json:"sans,omitempty"`
+	KeyType   string   `json:"key_type,omitempty"`
+	// CertificateSHA256 is the full fingerprint of the certificate the
+	// record is about (the one served, or rotated to).
+	CertificateSHA256 string     `json:"certificate_sha256,omitempty"`
+	NotAfter          *time.Time `json:"not_after,omitempty"`
+	// The certificate a rotation replaced.
+	PreviousSHA256   string     `json:"previous_certificate_sha256,omitempty"`
+	PreviousNotAfter *time.Time `json:"previous_not_after,omitempty"`
+
+	// Key tells apart records that share every identifying field but are
+	// distinct events (two verdict changes to the same state): the caller
+	// sets it to something fixed for the event, such as its transition
+	// time. Part of event_id only.
+	Key string `json:"-"`
+}
+
+// ID is the record's event_id: a digest of what identifies the event
+// (cluster, component, action, rule, status, node, CSR UID, fingerprints,
+// Key), not of when it was written or by which replica, so that the same
+// decision recorded twice (re-delivered, or again after a restart or a
+// change of leader) has the same ID and can be de-duplicated.
+func (r Record) ID() string {
+	h := sha256.New()
+	for _, f := range []string{Schema, r.Cluster, r.Component, string(r.Action), r.Rule, r.Status, r.Node, r.CSR, r.CSRUID,
+		r.CertificateSHA256, r.PreviousSHA256, r.Key} {
+		// Length-prefixed: no two field lists hash alike.
+		fmt.Fprintf(h, "%d:%s;", len(f), f)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// Sink names: the flag's values and the metrics' sink label.
+const (
+	SinkStdout = "stdout"
+	SinkFile   = "file"
+	// sinkQueue labels the records lost because the queue was full.
+	sinkQueue = "queue"
+)
+
+// Config configures a Ledger.
+type Config struct {
+	// Sinks: "stdout" and/or "file:<absolute path>"; none: no ledger.
+	Sinks []string
+	// File rotation: the file is rotated at MaxSizeMB, and MaxBackups
+	// rotated files are kept.
+	MaxSizeMB, MaxBackups int
+	// Component, Actor and Version fill every record.
+	Component, Actor, Version string
+	// QueueSize bounds the records waiting to be written (1024 when 0).
+	QueueSize int
+	// Stdout replaces os.Stdout (tests).
+	Stdout io.Writer
+}
+
+// ParseSinks reads the --ledger flag: a comma-separated list of "stdout"
+// and "file:<absolute path>"; "" or "none" is no ledger.
+func ParseSinks(s string) ([]string, error) {
+	if s == "" || s == "none" {
+		return nil, nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == SinkStdout:
+		case strings.HasPrefix(p, SinkFile+":"):
+			if path := strings.TrimPrefix(p, SinkFile+":"); !filepath.IsAbs(path) {
+				return nil, fmt.Errorf("--ledger: %q: the file sink needs an absolute path (file:/var/log/certready/ledger.jsonl)", p)
+			}
+		default:
+			return nil, fmt.Errorf("--ledger: %q is no sink: use stdout, file:<absolute path>, both comma-separated, or none", p)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+type sink struct {
+	name string // metrics label
+	w    io.Writer
+}
+
+// Ledger writes records. The nil *Ledger records nothing.
+type Ledger struct {
+	cfg     Config
+	queue   chan Record
+	sinks   []sink
+	closers []io.Closer
+
+	mu      sync.Mutex
+	cluster string
+
+	written, failed *prometheus.CounterVec
+}
+
+// New builds a ledger over cfg's sinks, or returns nil when there are
+// none. reg receives its metrics. Run writes.
+func New(cfg Config, reg prometheus.Registerer) (*Ledger, error) {
+	if len(cfg.Sinks) == 0 {
+		return nil, nil
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 1024
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	l := &Ledger{
+		cfg:   cfg,
+		queue: make(chan Record, cfg.QueueSize),
+		written: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_ledger_records_total",
+			Help: "Decision ledger records written, by sink (stdout, file).",
+		}, []string{"sink"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_ledger_write_failures_total",
+			Help: "Decision ledger records not written, by sink (stdout, file; queue: the writer fell behind and the record was lost before any sink).",
+		}, []string{"sink"}),
+	}
+	for _, s := range cfg.Sinks {
+		if s == SinkStdout {
+			l.sinks = append(l.sinks, sink{name: SinkStdout, w: cfg.Stdout})
+			continue
+		}
+		path := strings.TrimPrefix(s, SinkFile+":")
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("--ledger: file sink %s: %w", path, err)
+		}
+		f := &lumberjack.Logger{Filename: path, MaxSize: max(cfg.MaxSizeMB, 1), MaxBackups: cfg.MaxBackups}
+		l.sinks = append(l.sinks, sink{name: SinkFile, w: f})
+		l.closers = append(l.closers, f)
+	}
+	for _, name := range []string{SinkStdout, SinkFile, sinkQueue} {
+		l.failed.WithLabelValues(name) // alerts see a 0 before the first failure
+	}
+	for _, s := range l.sinks {
+		l.written.WithLabelValues(s.name)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{l.written, l.failed} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// SetCluster sets the cluster identity of the records from now on.
+func (l *Ledger) SetCluster(uid string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.cluster = uid
+	l.mu.Unlock()
+}
+
+// Record queues r, filling the schema, time, cluster, component, actor,
+// version and event_id. It never blocks: when the queue is full the record
+// is counted as lost (sink "queue") and logged.
+func (l *Ledger) Record(r Record) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	r.Cluster = l.cluster
+	l.mu.Unlock()
+	r.Schema, r.Component, r.Actor, r.Version = Schema, l.cfg.Component, l.cfg.Actor, l.cfg.Version
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	r.Time = r.Time.UTC()
+	r.EventID = r.ID()
+	select {
+	case l.queue <- r:
+	default:
+		l.failed.WithLabelValues(sinkQueue).Inc()
+		klog.Background().Error(nil, "Decision ledger queue full: record lost", "eventID", r.EventID, "action", r.Action, "csr", r.CSR, "node", r.Node)
+	}
+}
+
+// Run writes queued records until ctx ends, then writes what is still
+// queued and closes the file sinks.
+func (l *Ledger) Run(ctx context.Context) {
+	if l == nil {
+		return
+	}
+	defer func() {
+		for _, c := range l.closers {
+			_ = c.Close()
+		}
+	}()
+	for {
+		select {
+		case r := <-l.queue:
+			l.write(r)
+		case <-ctx.Done():
+			for {
+				select {
+				case r := <-l.queue:
+					l.write(r)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (l *Ledger) write(r Record) {
+	line, err := json.Marshal(r)
+	if err != nil { // not with these field types; counted all the same
+		for _, s := range l.sinks {
+			l.failed.WithLabelValues(s.name).Inc()
+		}
+		return
+	}
+	line = append(line, '\n')
+	for _, s := range l.sinks {
+		if _, err := s.w.Write(line); err != nil {
+			l.failed.WithLabelValues(s.name).Inc()
+			klog.Background().Error(err, "Decision ledger record not written", "sink", s.name, "eventID", r.EventID, "action", r.Action)
+			continue
+		}
+		l.written.WithLabelValues(s.name).Inc()
+	}
+}
