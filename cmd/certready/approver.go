@@ -39,6 +39,7 @@ type approverFlags struct {
 	kubeletCA, addrTypes                  string
 	serving                               servingFlags
 	prover                                taint.Prover
+	ledger                                ledgerFlags
 	kf                                    kubeFlags
 }
 
@@ -75,6 +76,7 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
 	fs.StringVar(&f.condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
 	f.serving.add(fs, ":9731", ":9732", " (the bench reads the heap through it)")
+	f.ledger.add(fs)
 	// Sized so that the approver keeps pace with a fleet scale-up (one write
 	// per approved CSR: 500/s is above the creation rate a 2-core API server
 	// sustains); API Priority and Fairness (the shipped FlowSchema) is the
@@ -182,6 +184,9 @@ func runApprover(ctx context.Context, args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clientmetrics.Register(reg, "approver", version, commit) // before approver.Run makes its queues
+	if o.Controller.Ledger, err = f.ledger.build("approver", o.Identity, reg); err != nil {
+		return fail(err)
+	}
 	ready := httpserve.NewReadiness("caches not synced")
 	return f.serving.serveAndRun(ctx, o.RESTConfig, reg, ready, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)

@@ -4,8 +4,12 @@
 package csrstate
 
 import (
+	"strings"
+
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/certready/certready/internal/names"
 )
 
 // State is where a CSR stands.
@@ -36,11 +40,23 @@ func Of(c *certv1.CertificateSigningRequest) State {
 		return Failed
 	case approved == nil:
 		return Pending
-	case len(c.Status.Certificate) == 0:
+	case len(c.Status.Certificate) == 0 && len(c.Spec.Extra[names.IssuedKey]) == 0:
 		return Approved
 	}
 	return Issued
 }
+
+// Stage is s as operators read it ('certready csr', the stage metric):
+// pending, approved-not-issued, issued, denied, failed.
+func (s State) Stage() string {
+	if s == Approved {
+		return "approved-not-issued"
+	}
+	return strings.ToLower(string(s))
+}
+
+// States lists every state.
+var States = []State{Pending, Approved, Issued, Denied, Failed}
 
 // IsPending reports whether c still waits for a decision.
 func IsPending(c *certv1.CertificateSigningRequest) bool { return Of(c) == Pending }

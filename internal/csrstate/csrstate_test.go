@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/csrstate"
+
+	"github.com/certready/certready/internal/names"
 )
 
 func cond(t certv1.RequestConditionType, s corev1.ConditionStatus) certv1.CertificateSigningRequestCondition {
@@ -55,5 +57,31 @@ func TestConditionsReturnsOnlyTrueOnes(t *testing.T) {
 	a, d, f := csrstate.Conditions(c)
 	if a == nil || a.Message != "Approved message" || d != nil || f != nil {
 		t.Errorf("Conditions = %v, %v, %v", a, d, f)
+	}
+}
+
+// The issued mark a trimmed cache leaves stands for the dropped certificate
+// of an approved request, and for nothing else: a pending or denied
+// request (whose requester may have put the key in its extra) stays so.
+func TestTheIssuedMarkCountsOnlyOnAnApprovedRequest(t *testing.T) {
+	marked := func(conds ...certv1.CertificateSigningRequestCondition) *certv1.CertificateSigningRequest {
+		c := &certv1.CertificateSigningRequest{}
+		c.Spec.Extra = map[string]certv1.ExtraValue{names.IssuedKey: {"true"}}
+		c.Status.Conditions = conds
+		return c
+	}
+	for _, tc := range []struct {
+		c     *certv1.CertificateSigningRequest
+		want  csrstate.State
+		stage string
+	}{
+		{marked(), csrstate.Pending, "pending"},
+		{marked(cond(certv1.CertificateApproved, corev1.ConditionTrue)), csrstate.Issued, "issued"},
+		{marked(cond(certv1.CertificateDenied, corev1.ConditionTrue)), csrstate.Denied, "denied"},
+		{&certv1.CertificateSigningRequest{Status: certv1.CertificateSigningRequestStatus{Conditions: []certv1.CertificateSigningRequestCondition{cond(certv1.CertificateApproved, corev1.ConditionTrue)}}}, csrstate.Approved, "approved-not-issued"},
+	} {
+		if got := csrstate.Of(tc.c); got != tc.want || got.Stage() != tc.stage {
+			t.Errorf("Of = %s (stage %s), want %s (%s)", got, got.Stage(), tc.want, tc.stage)
+		}
 	}
 }

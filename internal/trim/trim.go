@@ -83,8 +83,13 @@ func CSR(o CSROptions) cache.TransformFunc {
 			extra[names.DroppedRequestKey] = certv1.ExtraValue{strconv.Itoa(len(c.Spec.Request))}
 			c.Spec.Extra, c.Spec.Request = extra, nil
 		}
-		if !csrstate.IsPending(c) && !o.KeepCertificate {
-			c.Status.Certificate = nil
+		if !csrstate.IsPending(c) && !o.KeepCertificate && len(c.Status.Certificate) > 0 {
+			extra := maps.Clone(c.Spec.Extra)
+			if extra == nil {
+				extra = map[string]certv1.ExtraValue{}
+			}
+			extra[names.IssuedKey] = certv1.ExtraValue{"true"}
+			c.Spec.Extra, c.Status.Certificate = extra, nil
 		}
 		return c, nil
 	}

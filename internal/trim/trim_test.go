@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/names"
 )
 
@@ -135,7 +136,30 @@ func TestCSRDropsTheRequestOnceDecided(t *testing.T) {
 			if c.Spec.Extra["requester's"][0] != "own" {
 				t.Errorf("the requester's own extra was lost: %v", c.Spec.Extra)
 			}
+			// The stage survives the trim: an issued request whose
+			// certificate was dropped is still issued, not unsigned.
+			if got, want := csrstate.Of(c), csrstate.Of(csr(tc.decided)); got != want {
+				t.Errorf("state after trimming %s, before %s", got, want)
+			}
 		})
+	}
+}
+
+// An approved request the signer has not signed yet stays that after the
+// trim: only a dropped certificate leaves the issued mark.
+func TestCSRKeepsApprovedButUnsignedApart(t *testing.T) {
+	in := csr(true)
+	in.Status.Certificate = nil
+	out, err := CSR(CSROptions{})(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := out.(*certv1.CertificateSigningRequest)
+	if got := csrstate.Of(c); got != csrstate.Approved {
+		t.Errorf("state %s, want Approved", got)
+	}
+	if _, marked := c.Spec.Extra[names.IssuedKey]; marked {
+		t.Errorf("an unsigned request was marked issued: %v", c.Spec.Extra)
 	}
 }
 

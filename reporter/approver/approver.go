@@ -31,6 +31,7 @@ import (
 
 	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
@@ -153,6 +154,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	}
 	recorder, stopEvents := eventRecorder(ctx, client, o)
 	defer stopEvents()
+	defer runLedger(ctx, client, o.Controller.Ledger)()
+	o.Controller.NoteClient = o.EventClient
 	if ctrl, err = controller.New(o.Controller, client, c.csr, recorder, reg); err != nil {
 		return err
 	}
@@ -426,6 +429,7 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 	}
 	recorder, stopEvents := eventRecorder(ctx, client, o)
 	defer stopEvents()
+	defer runLedger(ctx, client, o.Controller.Ledger)()
 	cfg := o.CAPI
 	cfg.Controller = o.Controller
 	mgr := capi.New(cfg, client, o.Dynamic, recorder, reg)
@@ -435,6 +439,26 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 			klog.FromContext(ctx).Error(err, "Cluster API mode stopped")
 		}
 	})
+}
+
+// runLedger writes the decision ledger (when there is one) until the
+// returned stop is called, which writes what is still queued. Its records
+// name the cluster by the kube-system Namespace's UID.
+func runLedger(ctx context.Context, client kubernetes.Interface, l *ledger.Ledger) (stop func()) {
+	if l == nil {
+		return func() {}
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { l.Run(lctx); close(done) }()
+	uctx, cancelGet := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelGet()
+	if ns, err := client.CoreV1().Namespaces().Get(uctx, metav1.NamespaceSystem, metav1.GetOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Ledger records will not name the cluster: reading namespace kube-system failed")
+	} else {
+		l.SetCluster(string(ns.UID))
+	}
+	return func() { cancel(); <-done }
 }
 
 // eventRecorder records the approver's events through a client of their

@@ -8,6 +8,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/csrstate"
+	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/inventory"
@@ -51,6 +54,11 @@ type Config struct {
 	// APIServer, when set, returns the API server's identity as learned
 	// now (Policy.APIServer).
 	APIServer func() policy.APIServer
+	// Ledger receives a record of every decision (nil: none).
+	Ledger *ledger.Ledger
+	// NoteClient writes the refusal annotations (nil: the main client):
+	// a client of its own keeps them off the approvals' rate budget.
+	NoteClient kubernetes.Interface
 }
 
 // Controller approves kubelet-serving CSRs.
@@ -77,7 +85,23 @@ type Controller struct {
 	// not yet decided here: certready_approver_decision_seconds. An entry
 	// goes with the approval, or with the CSR.
 	firstSeen sync.Map
+
+	// notes are the refusals waiting to be kept on their CSRs, by name,
+	// written by a loop of their own (writeNote).
+	notes     *workloop.Loop[string]
+	noteMu    sync.Mutex
+	noteQueue map[string]note
 }
+
+// note is a refusal to keep on a CSR as annotations.
+type note struct {
+	uid           types.UID
+	rule, message string
+}
+
+// maxNoteMessage bounds the message annotation: a refusal's message quotes
+// what the request asked for.
+const maxNoteMessage = 1024
 
 // errReplaced: the CSR was deleted and created anew under its name between
 // evaluation and write. The new one is evaluated on its own.
@@ -96,13 +120,22 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 		return nil, fmt.Errorf("no inventory configured")
 	}
 	c := &Controller{
-		cfg:      cfg,
-		client:   client,
-		csrs:     certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
-		recorder: recorder,
-		recorded: map[string]policy.Rule{},
-		pending:  newPendingSet(),
+		cfg:       cfg,
+		client:    client,
+		csrs:      certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()),
+		recorder:  recorder,
+		recorded:  map[string]policy.Rule{},
+		pending:   newPendingSet(),
+		noteQueue: map[string]note{},
 	}
+	if c.cfg.NoteClient == nil {
+		c.cfg.NoteClient = client
+	}
+	// Notes are records: the default controller backoff and its 10/s
+	// overall bound, so that a flood of refused requests costs the API
+	// server little, and on a client of their own.
+	c.notes = workloop.New(workloop.Config[string]{Name: "certready-approver-notes", KeyName: "csr", Failure: "Keeping the refusal on the CSR failed; retrying"},
+		workloop.Errors(c.writeNote))
 	c.queue = workloop.New(workloop.Config[string]{
 		Name: "certready-approver",
 		RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
@@ -222,6 +255,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.queue.Add(csr.Name)
 	}
 	logger.Info("Approver acting", "workers", c.cfg.Workers, "inventory", c.cfg.Inventory.Describe())
+	go c.notes.Run(ctx, 2)
 	c.queue.Run(ctx, c.cfg.Workers)
 	return nil
 }
@@ -266,6 +300,16 @@ func (c *Controller) evaluate(csr *certv1.CertificateSigningRequest) policy.Deci
 	return policy.Evaluate(csr, c.cfg.Inventory, pc, backlog)
 }
 
+// Evaluate is what the controller would decide on csr now, writing
+// nothing: 'certready csr explain' asks it.
+func (c *Controller) Evaluate(csr *certv1.CertificateSigningRequest) policy.Decision {
+	return c.evaluate(csr)
+}
+
+// HasSynced reports whether the controller has seen every CSR of the
+// informer's initial list (the flood guard's pending set is complete).
+func (c *Controller) HasSynced() bool { return c.synced() }
+
 // relabel makes csr's node label truthful. A decision carries the label in
 // the same write (the approval subresource keeps metadata changes): one
 // write per approved CSR. Every other path that keeps a CSR labels it on
@@ -295,7 +339,11 @@ func (c *Controller) keep(ctx context.Context, csr *certv1.CertificateSigningReq
 			return requeue, false, err
 		}
 	}
-	return 0, c.warnOnce(csr, rule, msg), nil
+	warned = c.warnOnce(csr, rule, msg)
+	if warned && !policy.RequestDropped(csr) {
+		c.noteLater(csr, rule, msg)
+	}
+	return 0, warned, nil
 }
 
 // act carries out decision d on csr: approve it (or deny it with
@@ -307,12 +355,19 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 	switch d.Rule {
 	case policy.RuleSuperseded:
 		c.metrics.decisions.WithLabelValues("superseded", string(d.Rule)).Inc()
-		requeue, _, err := keep(d.Rule, d.Message)
+		requeue, warned, err := keep(d.Rule, d.Message)
+		if warned {
+			c.record(ledger.Superseded, csr, d, d.Message)
+		}
 		return requeue, err
 	case policy.RuleFloodGuard:
 		c.metrics.floodGuard.Set(1)
 		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
-		if requeue, _, err := keep(d.Rule, d.Message); requeue != 0 || err != nil {
+		requeue, warned, err := keep(d.Rule, d.Message)
+		if warned {
+			c.record(ledger.Deferred, csr, d, d.Message)
+		}
+		if requeue != 0 || err != nil {
 			return requeue, err
 		}
 		return c.cfg.FloodRetry, nil
@@ -330,10 +385,16 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 			c.metrics.decisionTime.Observe(time.Since(t.(time.Time)).Seconds())
 		}
 		logger.Info("Approved", "node", d.Node, "message", d.Message)
+		c.record(ledger.Approved, csr, d, d.Message)
 		return 0, nil
 	case d.Transient:
 		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
-		if _, _, err := keep(d.Rule, d.Message+" (will retry)"); err != nil {
+		msg := d.Message + " (will retry)"
+		_, warned, err := keep(d.Rule, msg)
+		if warned {
+			c.record(ledger.Deferred, csr, d, msg)
+		}
+		if err != nil {
 			return 0, err
 		}
 		return -1, nil
@@ -344,12 +405,15 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 		}
 		c.metrics.decisions.WithLabelValues("denied", string(d.Rule)).Inc()
 		logger.Info("Denied", "node", d.Node, "message", d.Message)
+		c.record(ledger.Denied, csr, d, d.Message)
 		return 0, nil
 	default:
 		c.metrics.decisions.WithLabelValues("refused", string(d.Rule)).Inc()
-		requeue, warned, err := keep(d.Rule, d.Message+" (left pending)")
+		msg := d.Message + " (left pending)"
+		requeue, warned, err := keep(d.Rule, msg)
 		if warned {
 			logger.Info("Left pending", "node", d.Node, "message", d.Message)
+			c.record(ledger.LeftPending, csr, d, msg)
 		}
 		return requeue, err
 	}
@@ -408,7 +472,72 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 	}
 	c.metrics.decisions.WithLabelValues("decided-elsewhere", by).Inc()
 	logger.V(1).Info("Already decided by another actor; nothing written", "state", by)
+	node, _ := nodeOf(csr)
+	c.record(ledger.DecidedElsewhere, csr, policy.Decision{Rule: policy.Rule(by), Node: node}, "the CSR shows "+by+"; another actor decided it first")
 	return 0, nil
+}
+
+// record writes decision d on csr to the ledger.
+func (c *Controller) record(action ledger.Action, csr *certv1.CertificateSigningRequest, d policy.Decision, msg string) {
+	if c.cfg.Ledger == nil {
+		return
+	}
+	r := ledger.Record{Action: action, Rule: string(d.Rule), Message: msg, Node: d.Node,
+		CSR: csr.Name, CSRUID: string(csr.UID), Requester: csr.Spec.Username}
+	if d.Request != nil {
+		r.SANs, r.KeyType = policy.SANs(d.Request), policy.KeyType(d.Request.PublicKey)
+	}
+	c.cfg.Ledger.Record(r)
+}
+
+// noteLater queues the refusal of csr to be kept on it (writeNote).
+func (c *Controller) noteLater(csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) {
+	if len(msg) > maxNoteMessage {
+		msg = msg[:maxNoteMessage-3] + "..."
+	}
+	c.noteMu.Lock()
+	c.noteQueue[csr.Name] = note{uid: csr.UID, rule: string(rule), message: msg}
+	c.noteMu.Unlock()
+	c.notes.AddRateLimited(csr.Name) // through the bucket: at most 10 a second
+}
+
+// writeNote keeps the latest refusal of a CSR on it, as the annotations
+// certready.io/decision-rule and -message: Events expire after an hour, a
+// pending CSR lasts until it is decided or garbage-collected. Only on the
+// object that was refused (the patch carries its UID as a precondition),
+// and only while it is pending.
+func (c *Controller) writeNote(ctx context.Context, name string) error {
+	c.noteMu.Lock()
+	n, ok := c.noteQueue[name]
+	delete(c.noteQueue, name)
+	c.noteMu.Unlock()
+	if !ok {
+		return nil
+	}
+	csr, err := c.csrs.Get(name)
+	if err != nil || csr.UID != n.uid || !csrstate.IsPending(csr) ||
+		(csr.Annotations[names.DecisionRuleAnnotation] == n.rule && csr.Annotations[names.DecisionMessageAnnotation] == n.message) {
+		return nil // gone, replaced, decided, or already kept
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": n.uid, "annotations": map[string]string{
+		names.DecisionRuleAnnotation: n.rule, names.DecisionMessageAnnotation: n.message,
+	}}})
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.NoteClient.CertificatesV1().CertificateSigningRequests().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil // deleted, or replaced under its name (UID precondition)
+	case err != nil:
+		c.noteMu.Lock()
+		if _, newer := c.noteQueue[name]; !newer {
+			c.noteQueue[name] = n
+		}
+		c.noteMu.Unlock()
+		return fmt.Errorf("annotating CSR %s with its refusal: %w", name, err)
+	}
+	return nil
 }
 
 // decide writes Approved or Denied, and the truthful certready.io/node
@@ -523,21 +652,42 @@ func (c *Controller) maxPending() int {
 	return c.cfg.Inventory.Size() + 100
 }
 
-// backlog counts pending kubelet-serving CSRs and the oldest one's age.
+// backlog counts the kubelet-serving CSRs that wait, and the oldest one's
+// age: pending ones, and approved ones the signer has not signed yet (for
+// the node, both are a certificate it does not have).
 func (c *Controller) backlog(now time.Time) (int, time.Duration) {
-	list, err := c.csrs.List(labels.Everything())
-	if err != nil {
-		return 0, 0
-	}
 	n, oldest := 0, time.Duration(0)
-	for _, csr := range list {
-		if csr.Spec.SignerName != certv1.KubeletServingSignerName || !csrstate.IsPending(csr) {
+	for _, csr := range c.kubeletServing() {
+		if s := csrstate.Of(csr); s != csrstate.Pending && s != csrstate.Approved {
 			continue
 		}
 		n++
 		oldest = max(oldest, now.Sub(csr.CreationTimestamp.Time))
 	}
 	return n, oldest
+}
+
+// stages counts the kubelet-serving CSRs in the cache by state.
+func (c *Controller) stages() map[csrstate.State]int {
+	out := map[csrstate.State]int{}
+	for _, csr := range c.kubeletServing() {
+		out[csrstate.Of(csr)]++
+	}
+	return out
+}
+
+func (c *Controller) kubeletServing() []*certv1.CertificateSigningRequest {
+	list, err := c.csrs.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := list[:0]
+	for _, csr := range list {
+		if csr.Spec.SignerName == certv1.KubeletServingSignerName {
+			out = append(out, csr)
+		}
+	}
+	return out
 }
 
 func nodeOf(csr *certv1.CertificateSigningRequest) (string, bool) {

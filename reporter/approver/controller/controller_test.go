@@ -1,7 +1,9 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +25,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
@@ -689,4 +692,147 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 		return s[0].GetHistogram().GetSampleCount()
 	}
 	return 0
+}
+
+// lockedBuffer is a ledger's standard output, read while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// records decodes the ledger lines written so far.
+func (l *lockedBuffer) records(t *testing.T) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("ledger line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func startLedger(t *testing.T) (*ledger.Ledger, *lockedBuffer) {
+	t.Helper()
+	out := &lockedBuffer{}
+	l, err := ledger.New(ledger.Config{Sinks: []string{ledger.SinkStdout}, Component: "approver", Actor: "leader-1", Version: "test", Stdout: out}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l, out
+}
+
+// Every decision is one ledger record naming the CSR, its requester, what
+// it asked for and the rule; a refusal is also kept on the CSR itself, and
+// a refusal seen again is not recorded twice.
+func TestDecisionsAreRecordedAndRefusalsKeptOnTheCSR(t *testing.T) {
+	l, out := startLedger(t)
+	e := start(t, controller.Config{Ledger: l}, true,
+		csr(t, "csr-ok", "w1", "192.0.2.11", signer), csr(t, "csr-bad", "w2", "192.0.2.99", signer))
+	e.waitFor("csr-ok", "approved", approved)
+	bad := e.waitFor("csr-bad", "annotated with its refusal", func(c *certv1.CertificateSigningRequest) bool {
+		return c.Annotations[names.DecisionRuleAnnotation] != ""
+	})
+	if got := bad.Annotations[names.DecisionRuleAnnotation]; got != string(policy.RuleIPSANNotInInventory) {
+		t.Errorf("decision-rule annotation %q", got)
+	}
+	if got := bad.Annotations[names.DecisionMessageAnnotation]; !strings.Contains(got, "192.0.2.99 not recorded for w2") {
+		t.Errorf("decision-message annotation %q", got)
+	}
+	var recs []map[string]any
+	if !testwait.Until(10*time.Second, func() bool { recs = out.records(t); return len(recs) >= 2 }) {
+		t.Fatalf("ledger records %v, want 2", recs)
+	}
+	// Evaluating the refused CSR again (a resync) records nothing new.
+	if _, err := e.ctrl.Sync(context.Background(), "csr-bad"); err != nil {
+		t.Fatal(err)
+	}
+	byCSR := map[string]map[string]any{}
+	for _, r := range out.records(t) {
+		if _, dup := byCSR[r["csr"].(string)]; dup {
+			t.Errorf("CSR %s recorded twice", r["csr"])
+		}
+		byCSR[r["csr"].(string)] = r
+	}
+	ok, refused := byCSR["csr-ok"], byCSR["csr-bad"]
+	for k, want := range map[string]any{"action": "approved", "rule": string(policy.RuleApproved), "node": "w1",
+		"requester": "system:node:w1", "key_type": "ECDSA P-256", "actor": "leader-1", "component": "approver"} {
+		if ok[k] != want {
+			t.Errorf("approval record %s = %v, want %v", k, ok[k], want)
+		}
+	}
+	if sans, _ := ok["sans"].([]any); len(sans) != 1 || sans[0] != "192.0.2.11" {
+		t.Errorf("approval record sans %v", ok["sans"])
+	}
+	if ok["csr_uid"] != "uid-csr-ok" {
+		t.Errorf("approval record csr_uid %v", ok["csr_uid"])
+	}
+	if refused["action"] != "left-pending" || refused["rule"] != string(policy.RuleIPSANNotInInventory) {
+		t.Errorf("refusal record %v", refused)
+	}
+}
+
+// A refusal is kept only on the object that was refused: a CSR replaced
+// under its name before the note is written keeps the new one's state.
+func TestARefusalIsNeverKeptOnAReplacedCSR(t *testing.T) {
+	e := start(t, controller.Config{}, false, csr(t, "csr-bad", "w2", "192.0.2.99", signer))
+	e.ctrl.NoteLater(e.get("csr-bad"), policy.RuleIPSANNotInInventory, "refused")
+	api := e.cs.CertificatesV1().CertificateSigningRequests()
+	if err := api.Delete(context.Background(), "csr-bad", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := csr(t, "csr-bad", "w2", "192.0.2.12", signer)
+	fresh.UID = "uid-new"
+	if _, err := api.Create(context.Background(), fresh, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(10*time.Second, func() bool { c, err := e.ctrl.CachedUID("csr-bad"); return err == nil && c == "uid-new" }) {
+		t.Fatal("the informer never saw the new CSR")
+	}
+	if err := e.ctrl.WriteNote(context.Background(), "csr-bad"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get("csr-bad").Annotations; len(got) != 0 {
+		t.Errorf("the new CSR got the old one's refusal: %v", got)
+	}
+}
+
+// The backlog counts what waits for a certificate, an approved request
+// the signer has not signed included; every stage has its own count.
+func TestStageGaugesAndTheBacklog(t *testing.T) {
+	approvedCond := testpki.Condition(certv1.CertificateApproved, "ok")
+	e := start(t, controller.Config{}, false,
+		csr(t, "csr-pending", "w1", "192.0.2.11", signer),
+		testpki.KubeletCSR("csr-unsigned", "w1", approvedCond),
+		testpki.KubeletCSR("csr-issued", "w1", testpki.Issued([]byte("-----BEGIN CERTIFICATE-----\n"))),
+		testpki.KubeletCSR("csr-denied", "w2", testpki.Condition(certv1.CertificateDenied, "no")),
+		testpki.KubeletCSR("csr-failed", "w2", approvedCond, testpki.Condition(certv1.CertificateFailed, "signer")),
+		testpki.KubeletCSR("csr-client", "w2", testpki.Signer(certv1.KubeAPIServerClientKubeletSignerName)),
+	)
+	want := map[string]float64{"pending": 1, "approved-not-issued": 1, "issued": 1, "denied": 1, "failed": 1}
+	for stage, n := range want {
+		s := testmetrics.Series(t, e.reg, "certready_approver_csrs", map[string]string{"stage": stage})
+		if len(s) != 1 || testmetrics.Value(s[0]) != n {
+			t.Errorf("certready_approver_csrs{stage=%q}: %v, want %v", stage, s, n)
+		}
+	}
+	if s := testmetrics.Series(t, e.reg, "certready_approver_pending_csrs", nil); len(s) != 1 || testmetrics.Value(s[0]) != 2 {
+		t.Errorf("certready_approver_pending_csrs %v, want 2: the pending one and the approved one not signed", s)
+	}
 }

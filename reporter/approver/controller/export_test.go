@@ -3,6 +3,11 @@ package controller
 import (
 	"context"
 	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/certready/certready/reporter/approver/policy"
 )
 
 // Sync handles one CSR as a worker would (nothing unless leading), so that
@@ -32,4 +37,21 @@ func (c *Controller) DrainQueue() {
 		c.queue.Forget(k)
 		c.queue.Done(k)
 	}
+}
+
+// NoteLater queues a refusal to keep on csr; WriteNote writes the one of
+// name now.
+func (c *Controller) NoteLater(csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) {
+	c.noteLater(csr, rule, msg)
+}
+
+func (c *Controller) WriteNote(ctx context.Context, name string) error { return c.writeNote(ctx, name) }
+
+// CachedUID is the UID of the informer's copy of name.
+func (c *Controller) CachedUID(name string) (types.UID, error) {
+	csr, err := c.csrs.Get(name)
+	if err != nil {
+		return "", err
+	}
+	return csr.UID, nil
 }

@@ -3,6 +3,8 @@ package controller
 import (
 	"time"
 
+	"github.com/certready/certready/internal/csrstate"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -42,12 +44,29 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "certready_approver_pending_csrs",
-		Help: "Kubelet-serving CSRs neither approved nor denied (from the informer cache).",
+		Help: "Kubelet-serving CSRs that wait for a certificate: not decided, or approved and not yet signed (from the informer cache).",
 	}, func() float64 { n, _ := c.backlog(time.Now()); return float64(n) })
 	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "certready_approver_oldest_pending_csr_age_seconds",
-		Help: "Age of the oldest pending kubelet-serving CSR (0 when none is pending).",
+		Help: "Age of the oldest kubelet-serving CSR that waits for a certificate (not decided, or approved and not signed; 0 when none).",
 	}, func() float64 { _, age := c.backlog(time.Now()); return age.Seconds() })
-	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, pending, oldest)
+	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, pending, oldest, stageCollector{c})
 	return m
+}
+
+// stageCollector is certready_approver_csrs{stage}: the kubelet-serving
+// CSRs by stage, counted in one pass over the cache per scrape.
+type stageCollector struct{ c *Controller }
+
+var stageDesc = prometheus.NewDesc("certready_approver_csrs",
+	"Kubelet-serving CSRs in the informer cache by stage: pending, approved-not-issued, issued, denied, failed (the controller manager deletes them an hour after they are decided).",
+	[]string{"stage"}, nil)
+
+func (s stageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stageDesc }
+
+func (s stageCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := s.c.stages()
+	for _, state := range csrstate.States {
+		ch <- prometheus.MustNewConstMetric(stageDesc, prometheus.GaugeValue, float64(counts[state]), state.Stage())
+	}
 }

@@ -133,6 +133,10 @@ type Decision struct {
 	Rule      Rule
 	Message   string
 	Transient bool // retry later instead of recording a final refusal
+	// Request is the parsed request, once a rule parsed it (nil for one
+	// refused before: a wrong signer, a request too large or not PEM):
+	// for the ledger and for diagnosis.
+	Request *x509.CertificateRequest
 }
 
 // Allowed usage sets: the ones the kubelet-serving signer accepts, so that
@@ -222,11 +226,11 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	e := &evaluation{csr: csr, inv: inv, cfg: cfg, backlog: backlog}
 	for _, r := range rules {
 		if why := r.check(e); why != "" {
-			return Decision{Node: e.node, Rule: r.name, Message: string(r.name) + ": " + why, Transient: r.transient}
+			return Decision{Node: e.node, Rule: r.name, Message: string(r.name) + ": " + why, Transient: r.transient, Request: e.req}
 		}
 	}
 	return Decision{
-		Approve: true, Node: e.node, Rule: RuleApproved,
+		Approve: true, Node: e.node, Rule: RuleApproved, Request: e.req,
 		Message: fmt.Sprintf("certready: %s proved node identity: CN/O match, IP SANs %v and DNS SANs %v recorded for %s in %s",
 			csr.Spec.Username, e.ips, e.req.DNSNames, e.node, inv.Describe()),
 	}
@@ -488,6 +492,47 @@ func RequestDropped(csr *certv1.CertificateSigningRequest) bool {
 }
 
 // keyRefused says why a requested public key is not allowed, or "".
+// ParseRequest parses spec.request as the policy does (one PEM
+// CERTIFICATE REQUEST, nothing around it), or returns nil.
+func ParseRequest(data []byte) *x509.CertificateRequest {
+	e := &evaluation{csr: &certv1.CertificateSigningRequest{Spec: certv1.CertificateSigningRequestSpec{Request: data}}}
+	if requestNotOnePEM(e) != "" || requestUnparseable(e) != "" {
+		return nil
+	}
+	return e.req
+}
+
+// KeyType names a request's public key as records show it: "ECDSA
+// P-256", "RSA 2048", or the Go type of anything else.
+func KeyType(pub any) string {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return "ECDSA " + k.Curve.Params().Name
+	case *rsa.PublicKey:
+		return fmt.Sprintf("RSA %d", k.N.BitLen())
+	case nil:
+		return ""
+	}
+	return fmt.Sprintf("%T", pub)
+}
+
+// SANs lists what req asks for, DNS names first, then IP addresses, then
+// the email and URI SANs no kubelet asks for.
+func SANs(req *x509.CertificateRequest) []string {
+	if req == nil {
+		return nil
+	}
+	out := slices.Clone(req.DNSNames)
+	for _, ip := range req.IPAddresses {
+		out = append(out, ip.String())
+	}
+	out = append(out, req.EmailAddresses...)
+	for _, u := range req.URIs {
+		out = append(out, u.String())
+	}
+	return out
+}
+
 func keyRefused(pub any) string {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
