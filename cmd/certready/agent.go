@@ -32,6 +32,7 @@ func runAgent(ctx context.Context, args []string) int {
 	var serving servingFlags
 	var kf kubeFlags
 	var gcPercent int
+	var lf ledgerFlags
 	fs.IntVar(&gcPercent, "gc-percent", 50, "Go's GOGC for the agent (its heap is a few MiB: collecting at half its growth keeps its peak on every node lower for little CPU; bench table 4). $GOGC, when set, wins.")
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "This node's name (default: $NODE_NAME, set it from the downward API spec.nodeName).")
 	fs.StringVar(&cfg.PKIDir, "kubelet-pki-dir", certfile.DefaultDir, "The kubelet's --cert-dir. Mount it at this same path: the kubelet's symlink target is absolute.")
@@ -46,14 +47,19 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.ProbeTimeout, "probe-timeout", agent.Config{}.Defaults().ProbeTimeout, "Timeout of the TLS handshake with the kubelet port.")
 	fs.DurationVar(&cfg.CSRRetention, "csr-retention", agent.Config{}.Defaults().CSRRetention, "How long the controller manager keeps issued CSRs; an older certificate from the CA with this node's identity needs no CSR.")
 	fs.DurationVar(&cfg.StaleAfter, "stale-after", 0, "Watchdog: when no check has completed for this long (a hung API call, a stuck probe), set the condition to Unknown/CheckStalled. 0: three times --resync.")
+	fs.DurationVar(&cfg.ExpiryWarning, "expiry-warning", agent.DefaultExpiryWarning, "The expiry alerts' warning window for the kubelet's serving and client certificates (published as certready_expiry_window_seconds{window=\"warning\"}).")
+	fs.DurationVar(&cfg.ExpiryCritical, "expiry-critical", agent.DefaultExpiryCritical, "The same, critical (window=\"critical\"); at most --expiry-warning.")
+	fs.DurationVar(&cfg.CAExpiryWarning, "ca-expiry-warning", agent.DefaultCAExpiryWarning, "The cluster CA's expiry alert window (window=\"ca-warning\").")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", agent.Config{}.Defaults().MaxClockSkew, "Largest difference tolerated between the node's clock and the API server's (the Date of its responses) before the condition says ClockSkew; validity is judged by the API server's clock either way.")
 	serving.add(fs, ":9721", ":9722", "")
+	lf.add(fs)
 	kf.add(fs, 5, 10)
 	addLogFlags(fs)
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code
 	}
 	cfg.ConditionType = corev1.NodeConditionType(condType)
+	cfg.Version = version
 	types, err := observe.ParseAddressTypes(addrTypes)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "certready agent: --kubelet-preferred-address-types: %v\n", err)
@@ -82,6 +88,10 @@ func runAgent(ctx context.Context, args []string) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clientmetrics.Register(reg, "agent", version, commit) // before agent.New makes its queue
+	if cfg.Ledger, err = lf.build("agent", cfg.NodeName, reg); err != nil {
+		fmt.Fprintf(os.Stderr, "certready agent: %v\n", err)
+		return 2
+	}
 	ready := httpserve.NewReadiness("caches not synced, no check completed")
 	a, err := agent.New(cfg, client, reg, ready)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
@@ -37,6 +38,7 @@ import (
 	"github.com/certready/certready/reporter/agent/csrmatch"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/agent/probe"
+	"github.com/certready/certready/reporter/agent/renewal"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
 
@@ -74,7 +76,25 @@ type Config struct {
 	// it, and a skew beyond MaxClockSkew is reported (ClockSkew).
 	Clock        *apiclock.Clock
 	MaxClockSkew time.Duration
+	// Ledger receives a record of every change of the condition and every
+	// rotation (nil: none). Run writes it.
+	Ledger *ledger.Ledger
+	// Version is this agent's, stated in the Ready condition's facts.
+	Version string
+	// ExpiryWarning and ExpiryCritical are how long before the kubelet's
+	// serving or client certificate expires the expiry alerts fire, and
+	// CAExpiryWarning the same for the cluster CA. The agent publishes
+	// them (certready_expiry_window_seconds), so that the alerts read the
+	// node's setting rather than a constant.
+	ExpiryWarning, ExpiryCritical, CAExpiryWarning time.Duration
 }
+
+// The expiry windows' defaults.
+const (
+	DefaultExpiryWarning   = 7 * 24 * time.Hour
+	DefaultExpiryCritical  = 24 * time.Hour
+	DefaultCAExpiryWarning = 30 * 24 * time.Hour
+)
 
 // Defaults returns c with zero values replaced by the documented defaults.
 func (c Config) Defaults() Config {
@@ -98,6 +118,9 @@ func (c Config) Defaults() Config {
 	def(&c.FallbackMaxBackoff, 5*time.Minute)
 	def(&c.StaleAfter, 3*c.Resync)
 	def(&c.MaxClockSkew, time.Minute)
+	def(&c.ExpiryWarning, DefaultExpiryWarning)
+	def(&c.ExpiryCritical, DefaultExpiryCritical)
+	def(&c.CAExpiryWarning, DefaultCAExpiryWarning)
 	return c
 }
 
@@ -112,6 +135,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kubelet-port=%d is not a port (0 means: from the Node object)", c.KubeletPort)
 	case c.Resync <= 0 || c.Heartbeat <= 0:
 		return errors.New("--resync and --heartbeat must be positive")
+	case c.ExpiryWarning < 0 || c.ExpiryCritical < 0 || c.CAExpiryWarning < 0:
+		return errors.New("--expiry-warning, --expiry-critical and --ca-expiry-warning must be positive (0: the default)")
+	case c.ExpiryCritical > c.ExpiryWarning:
+		return fmt.Errorf("--expiry-critical=%s is longer than --expiry-warning=%s: the critical alert would fire before the warning", c.ExpiryCritical, c.ExpiryWarning)
 	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
 		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
 	}
@@ -138,8 +165,11 @@ type Agent struct {
 	writerUID types.UID
 
 	// Worker-only state.
-	proven  *provenCSR  // the CSR that proved the current fingerprint
-	served  *servedCert // the certificate last published ready
+	proven *provenCSR  // the CSR that proved the current fingerprint
+	served *servedCert // the certificate last published ready
+	// stuck is the renewal's last assessment, since when it has held and
+	// whether it was reported.
+	stuck   stuckRenewal
 	pending pendingState
 	checks  int
 
@@ -160,6 +190,12 @@ type servedCert struct {
 	notAfter time.Time
 }
 
+type stuckRenewal struct {
+	status   renewal.Status
+	since    time.Time
+	reported bool
+}
+
 type pendingState struct {
 	reason verdict.Reason
 	since  time.Time
@@ -175,7 +211,7 @@ func New(cfg Config, client nodeapi.API, reg prometheus.Registerer, ready *https
 	a := &Agent{
 		cfg:     cfg,
 		client:  client,
-		metrics: newMetrics(reg),
+		metrics: newMetrics(reg, cfg),
 		ready:   ready,
 		now:     time.Now,
 	}
@@ -201,6 +237,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	events := nodeapi.NewNodeEvents(a.client, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
 	a.recorder = events
 	go events.Run(ctx)
+	if l := a.cfg.Ledger; l != nil {
+		lctx, stopLedger := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { l.Run(lctx); close(done) }()
+		defer func() { stopLedger(); <-done }() // what was recorded is written before the process ends
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		uid, err := a.client.ClusterUID(uctx)
+		cancel()
+		if err != nil {
+			logger.Error(err, "Ledger records will not name the cluster")
+		}
+		l.SetCluster(uid)
+	}
 
 	var informers sync.WaitGroup
 	ictx, stopInformers := context.WithCancel(ctx)
@@ -312,7 +361,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.writerUID = node.UID
 	}
 	now := a.now()
-	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now}
+	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version}
 	if a.cfg.Clock != nil {
 		if r := a.cfg.Clock.Read(); r.Known {
 			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
@@ -320,6 +369,11 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	in = a.check.Run(ctx, in, node)
+	if in.ClientNotAfter.IsZero() {
+		a.metrics.clientNotAfter.Set(0)
+	} else {
+		a.metrics.clientNotAfter.Set(float64(in.ClientNotAfter.Unix()))
+	}
 	if in.File.State == certfile.Present {
 		a.metrics.setNotAfter(float64(in.File.Leaf.NotAfter.Unix()))
 		a.metrics.observation.Set(1)
@@ -364,9 +418,23 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	a.metrics.published(v, now, out == condition.Transitioned)
 	if out == condition.Transitioned {
 		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
+		a.recordVerdict(now, v, in)
 	}
 	if v.Ready() {
 		a.noteServed(ctx, node, in)
+		if v.CA != nil {
+			a.metrics.caNotAfter.Set(float64(v.CA.NotAfter.Unix()))
+		}
+		if wait := a.noteRenewal(ctx, node, in, now); wait > 0 {
+			next = min(next, wait)
+		}
+		if d := renewal.Due(in.File.Leaf).Sub(in.ValidityTime()); d > 0 {
+			next = min(next, d+time.Second) // assessed as it falls due
+		}
+	} else {
+		// A certificate that is not ready is the condition's business.
+		a.metrics.setRenewal(renewal.NotDue)
+		a.stuck = stuckRenewal{}
 	}
 	if a.ready != nil && !a.ready.Ready() {
 		a.ready.Set(true, "")
@@ -391,11 +459,80 @@ func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.In
 		return
 	}
 	a.metrics.rotations.Inc()
+	prevNotAfter, notAfter := prev.notAfter, a.served.notAfter
+	a.cfg.Ledger.Record(ledger.Record{Action: ledger.Rotated, Node: a.cfg.NodeName, CSR: in.CSR.Match.Name,
+		CertificateSHA256: a.served.fp.String(), NotAfter: &notAfter, PreviousSHA256: prev.fp.String(), PreviousNotAfter: &prevNotAfter,
+		Message: "serving certificate rotated, issued by " + in.CSR.Match.Describe()})
 	klog.FromContext(ctx).Info("Serving certificate rotated", "old", prev.fp.String(), "oldNotAfter", prev.notAfter,
 		"new", a.served.fp.String(), "newNotAfter", a.served.notAfter, "csr", in.CSR.Match.Name)
 	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}, corev1.EventTypeNormal, "CertificateRotated",
 		"serving certificate rotated: sha256 %s (notAfter %s) -> sha256 %s (notAfter %s), issued by %s",
 		prev.fp, names.Stamp(prev.notAfter), a.served.fp, names.Stamp(a.served.notAfter), in.CSR.Match.Describe())
+}
+
+// noteRenewal warns when the renewal of the certificate just proven ready
+// is stuck (package renewal): certready_renewal_stuck at once, and, once
+// the same cause has held for the settle period (a healthy renewal passes
+// through pending and issued-not-installed in moments), a Warning event
+// RenewalStuck on the Node and a log line, once per cause. The condition
+// is left as it is: the certificate still works. It returns how long until
+// the cause is due to be reported (0: nothing to wait for).
+func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) time.Duration {
+	leaf := in.File.Leaf
+	if leaf == nil {
+		return 0
+	}
+	// Requests made after the one that issued the installed certificate
+	// are its renewal; without that CSR (collected), after its NotBefore.
+	since := leaf.NotBefore
+	if in.CSR != nil && in.CSR.Match.State == csrmatch.Issued {
+		since = in.CSR.Match.Created
+	} else if in.CSR != nil && in.CSR.Remembered != nil {
+		since = in.CSR.Remembered.Created
+	}
+	labelled := a.csrs.Labelled()
+	st := renewal.Assess(in.ValidityTime(), leaf, since, labelled, a.cfg.NodeName)
+	if st.Stuck() {
+		// Before saying why, look at the requests no approver labelled
+		// (none runs?), on a backoff of their own.
+		st = renewal.Assess(in.ValidityTime(), leaf, since, a.csrs.WithUnlabelled(ctx, now, labelled), a.cfg.NodeName)
+	} else {
+		a.csrs.RenewalNotStuck()
+	}
+	a.metrics.setRenewal(st.Reason)
+	if prev := a.stuck.status; st.Reason != prev.Reason || st.CSR != prev.CSR {
+		a.stuck = stuckRenewal{status: st, since: now}
+	}
+	if !st.Stuck() || a.stuck.reported {
+		return 0
+	}
+	if wait := a.cfg.Settle - now.Sub(a.stuck.since); wait > 0 {
+		return wait
+	}
+	a.stuck.reported = true
+	msg := st.Message(in.File.Fingerprint.String(), leaf.NotAfter)
+	klog.FromContext(ctx).Info("Serving certificate renewal is stuck", "reason", st.Reason, "csr", st.CSR, "due", st.Due, "notAfter", leaf.NotAfter)
+	if a.recorder != nil {
+		a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+			corev1.EventTypeWarning, "RenewalStuck", "%s: %s", st.Reason, msg)
+	}
+	return 0
+}
+
+// recordVerdict writes a change of the condition to the ledger, with the
+// certificate and CSR it was judged on where there is one. Its time is the
+// event's key: two changes to the same state are two events.
+func (a *Agent) recordVerdict(at time.Time, v verdict.Verdict, in verdict.Input) {
+	if a.cfg.Ledger == nil {
+		return
+	}
+	r := ledger.Record{Action: ledger.VerdictChanged, Node: a.cfg.NodeName, Status: string(v.Status), Rule: string(v.Reason),
+		Message: v.Message, CSR: in.CSR.Match.Name, Key: at.UTC().Format(time.RFC3339Nano)}
+	if in.File.State == certfile.Present && in.File.Leaf != nil {
+		na := in.File.Leaf.NotAfter
+		r.CertificateSHA256, r.NotAfter = in.File.Fingerprint.String(), &na
+	}
+	a.cfg.Ledger.Record(r)
 }
 
 // checkDone records a completed check for the watchdog.
@@ -457,6 +594,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 		a.metrics.writes.WithLabelValues("Stalled").Inc()
 		a.metrics.published(v, now, true)
 		logger.Info("Checks are stalled: condition set to Unknown", "since", last, "stage", *a.stage.Load())
+		a.recordVerdict(now, v, verdict.Input{})
 		if n, err := a.nodes.Get(a.cfg.NodeName); err == nil && a.recorder != nil {
 			a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
 				corev1.EventTypeWarning, string(v.Reason), "%s=%s: %s", a.cfg.ConditionType, v.Status, v.Message)

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/httpserve"
+	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testmetrics"
@@ -274,8 +277,14 @@ func (h *harness) createCSR(c *certv1.CertificateSigningRequest) {
 }
 
 func TestBootstrapThenRotation(t *testing.T) {
-	h := newHarness(t, labelledCSR("csr-1", time.Now()))
-	h.run(agent.Config{})
+	h := newHarness(t, labelledCSR("csr-1", time.Now()),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceSystem, UID: "cluster-uid"}})
+	ledgerFile := filepath.Join(t.TempDir(), "ledger.jsonl")
+	l, err := ledger.New(ledger.Config{Sinks: []string{"file:" + ledgerFile}, Component: "agent", Actor: "w1", Version: "test"}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run(agent.Config{Ledger: l})
 
 	c := h.waitFor(verdict.CSRPending)
 	if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "csr-1") {
@@ -297,9 +306,29 @@ func TestBootstrapThenRotation(t *testing.T) {
 		return value(t, h.reg, "certready_kubelet_serving_cert_ready", nil) == 1
 	})
 	readyAt := c.LastTransitionTime
+	h.poll("the CA's NotAfter in certready_ca_not_after_timestamp_seconds", func() bool {
+		return value(t, h.reg, "certready_ca_not_after_timestamp_seconds", nil) == float64(h.ca.Cert.NotAfter.Unix())
+	})
 	if n := value(t, h.reg, "certready_certificate_rotations_total", nil); n != 0 {
 		t.Errorf("the first certificate proven counted as %v rotations", n)
 	}
+	if v := value(t, h.reg, "certready_kubelet_client_cert_not_after_timestamp_seconds", nil); v != 0 {
+		t.Errorf("no client certificate, yet certready_kubelet_client_cert_not_after_timestamp_seconds = %v", v)
+	}
+	// The kubelet's client certificate appears (bootstrap done): its
+	// expiry is a metric and a fact of the Ready message.
+	client, err := h.ca.Issue(testpki.Serving{Node: "w1", NotAfter: time.Now().Add(90 * 24 * time.Hour).Truncate(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.dir, "kubelet-client-current.pem"), client.FilePEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.poll("the client certificate's NotAfter in the metric and the facts", func() bool {
+		facts, ok := verdict.ParseFacts(h.condition().Message)
+		return value(t, h.reg, "certready_kubelet_client_cert_not_after_timestamp_seconds", nil) == float64(client.Cert.NotAfter.Unix()) &&
+			ok && facts.ClientNotAfter.Equal(client.Cert.NotAfter)
+	})
 
 	// Rotation: the new file lands but the kubelet keeps serving the old one.
 	second := h.issue("w1")
@@ -342,6 +371,56 @@ func TestBootstrapThenRotation(t *testing.T) {
 	if n := value(t, h.reg, "certready_certificate_rotations_total", nil); n != 1 {
 		t.Errorf("certready_certificate_rotations_total = %v, want 1", n)
 	}
+
+	// The ledger holds each change of the condition, in order, and the
+	// rotation with both fingerprints and NotAfter.
+	var recs []map[string]any
+	h.poll("the rotation in the ledger", func() bool {
+		recs = ledgerRecords(t, ledgerFile)
+		return len(recs) > 0 && recs[len(recs)-1]["action"] == string(ledger.Rotated)
+	})
+	var verdicts []string
+	for _, r := range recs {
+		if r["cluster"] != "cluster-uid" || r["node"] != "w1" || r["component"] != "agent" {
+			t.Errorf("ledger record %v: want cluster cluster-uid, node w1, component agent", r)
+		}
+		if r["action"] == string(ledger.VerdictChanged) {
+			verdicts = append(verdicts, r["status"].(string)+"/"+r["rule"].(string))
+		}
+	}
+	want := []string{"True/" + string(verdict.CSRPending), "False/" + string(verdict.Ready),
+		"True/" + string(verdict.EndpointCertificateMismatch), "False/" + string(verdict.Ready)}
+	if !slices.Equal(verdicts, want) {
+		t.Errorf("ledger verdict changes %v, want %v", verdicts, want)
+	}
+	rot := recs[len(recs)-1]
+	if rot["previous_certificate_sha256"] != fingerprint.Of(first.Cert).String() || rot["certificate_sha256"] != fingerprint.Of(second.Cert).String() ||
+		rot["not_after"] != second.Cert.NotAfter.UTC().Format(time.RFC3339) || rot["csr"] != "csr-2" {
+		t.Errorf("rotation record %v", rot)
+	}
+}
+
+func ledgerRecords(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			return nil // a line being written: read again
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // poll waits for cond, or fails at the deadline.
@@ -681,11 +760,37 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		"--node-name":    {CAFile: "/ca"},
 		"--ca-file":      {NodeName: "w1"},
 		"--kubelet-port": {NodeName: "w1", CAFile: "/ca", KubeletPort: 70000},
+		"--expiry-critical=48h0m0s is longer than --expiry-warning=24h0m0s": {NodeName: "w1", CAFile: "/ca", ExpiryWarning: 24 * time.Hour, ExpiryCritical: 48 * time.Hour},
+		"--ca-expiry-warning": {NodeName: "w1", CAFile: "/ca", CAExpiryWarning: -time.Hour},
 	}
 	for flag, cfg := range cases {
 		_, err := agent.New(cfg, nodeapitest.FromClientset(fake.NewClientset()), prometheus.NewRegistry(), nil)
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: err = %v", flag, err)
+		}
+	}
+}
+
+// The expiry windows are published for the alerts to compare with: the
+// defaults, or what the flags say.
+func TestExpiryWindowsArePublished(t *testing.T) {
+	for _, tc := range []struct {
+		cfg                          agent.Config
+		warning, critical, caWarning time.Duration
+	}{
+		{agent.Config{}, 7 * 24 * time.Hour, 24 * time.Hour, 30 * 24 * time.Hour},
+		{agent.Config{ExpiryWarning: 14 * 24 * time.Hour, ExpiryCritical: 48 * time.Hour, CAExpiryWarning: 90 * 24 * time.Hour}, 14 * 24 * time.Hour, 48 * time.Hour, 90 * 24 * time.Hour},
+	} {
+		reg := prometheus.NewRegistry()
+		cfg := tc.cfg
+		cfg.NodeName, cfg.CAFile = "w1", "/ca"
+		if _, err := agent.New(cfg, nodeapitest.FromClientset(fake.NewClientset()), reg, nil); err != nil {
+			t.Fatal(err)
+		}
+		for window, want := range map[string]time.Duration{"warning": tc.warning, "critical": tc.critical, "ca-warning": tc.caWarning} {
+			if got := value(t, reg, "certready_expiry_window_seconds", map[string]string{"window": window}); got != want.Seconds() {
+				t.Errorf("%+v: window %s = %v s, want %v", tc.cfg, window, got, want.Seconds())
+			}
 		}
 	}
 }
@@ -725,5 +830,113 @@ func TestReRegisteredNodeGetsItsConditionBack(t *testing.T) {
 	c := h.waitFor(verdict.Ready)
 	if c.Status != corev1.ConditionFalse {
 		t.Fatalf("condition on the re-registered node: %+v", c)
+	}
+}
+
+// overdue issues through csr, installs and serves a certificate that is 10
+// hours into an 11-hour life at now: past the kubelet's latest rotation
+// point, still valid.
+func (h *harness) overdue(csr string, now time.Time) *testpki.Pair {
+	h.t.Helper()
+	p, err := h.ca.Issue(testpki.Serving{Node: "w1", IPs: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: now.Add(-10 * time.Hour), NotAfter: now.Add(20 * time.Minute)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.issueCSR(csr, p)
+	h.install(p)
+	h.kubelet.serve(p)
+	return p
+}
+
+// A renewal that is stuck while the old certificate still works (past the
+// kubelet's latest rotation point, the newest request pending, then denied)
+// is a Warning event per cause and certready_renewal_stuck, never a
+// condition that is not ready; the renewed certificate clears it.
+func TestStuckRenewalWarnsButKeepsTheNodeReady(t *testing.T) {
+	now := time.Now()
+	h := newHarness(t, labelledCSR("csr-old", now.Add(-10*time.Hour)), labelledCSR("csr-new", now.Add(-30*time.Minute)))
+	old := h.overdue("csr-old", now)
+	h.run(agent.Config{})
+
+	stuck := func(reason string) func() bool {
+		return func() bool {
+			return value(t, h.reg, "certready_renewal_stuck", map[string]string{"reason": reason}) == 1
+		}
+	}
+	warnings := func() []string {
+		evs, err := h.cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs.Items {
+			if e.Reason == "RenewalStuck" && e.InvolvedObject.Name == "w1" && e.Type == corev1.EventTypeWarning {
+				out = append(out, e.Message)
+			}
+		}
+		return out
+	}
+	c := h.waitFor(verdict.Ready)
+	if c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v, want ready", c)
+	}
+	h.poll("certready_renewal_stuck{reason=RenewalPending} at 1", stuck("RenewalPending"))
+	h.poll("a RenewalStuck event", func() bool { return len(warnings()) == 1 })
+	if w := warnings()[0]; !strings.Contains(w, "RenewalPending") || !strings.Contains(w, "csr-new") || !strings.Contains(w, fingerprint.Of(old.Cert).String()) {
+		t.Errorf("event %q: want the reason, the pending CSR and the full fingerprint", w)
+	}
+
+	// Denied: another cause, another event; the node stays ready.
+	ctx := context.Background()
+	csr, err := h.cs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-new", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: certv1.CertificateDenied, Status: corev1.ConditionTrue, Message: "not yours"})
+	if _, err := h.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.poll("certready_renewal_stuck{reason=RenewalDenied} at 1", stuck("RenewalDenied"))
+	h.poll("a second RenewalStuck event", func() bool { return len(warnings()) == 2 })
+	if v := value(t, h.reg, "certready_renewal_stuck", map[string]string{"reason": "RenewalPending"}); v != 0 {
+		t.Errorf("RenewalPending still %v", v)
+	}
+	if c := h.condition(); c.Reason != string(verdict.Ready) {
+		t.Errorf("a stuck renewal changed the condition: %+v", c)
+	}
+
+	// The renewal goes through: nothing is stuck any more. (Installed
+	// before its CSR appears, so that no moment of it is a stuck renewal
+	// however slowly this test runs.)
+	renewed := h.issue("w1")
+	h.install(renewed)
+	h.kubelet.serve(renewed)
+	h.createCSR(testpki.KubeletCSR("csr-renewed", "w1", testpki.Labelled("w1"), testpki.Created(time.Now()), testpki.Issued(renewed.CertPEM())))
+	h.poll("ready on the renewed certificate", func() bool {
+		c := h.condition()
+		return c != nil && c.Reason == string(verdict.Ready) && strings.Contains(c.Message, "csr-renewed")
+	})
+	h.poll("certready_renewal_stuck all 0 after the renewal", func() bool {
+		return !stuck("RenewalDenied")() && !stuck("RenewalNotRequested")() && !stuck("RenewalPending")()
+	})
+	if n := len(warnings()); n != 2 {
+		t.Errorf("%d RenewalStuck events, want 2", n)
+	}
+}
+
+// The approver that labels requests may be what is down: a renewal request
+// without the label is found by the backed-off list by signer, and the
+// renewal is pending, not unrequested.
+func TestStuckRenewalSeesARequestNoApproverLabelled(t *testing.T) {
+	now := time.Now()
+	h := newHarness(t, labelledCSR("csr-old", now.Add(-10*time.Hour)), testpki.KubeletCSR("csr-unlabelled", "w1", testpki.Created(now.Add(-30*time.Minute))))
+	h.overdue("csr-old", now)
+	h.run(agent.Config{})
+	h.waitFor(verdict.Ready)
+	h.poll("certready_renewal_stuck{reason=RenewalPending} at 1", func() bool {
+		return value(t, h.reg, "certready_renewal_stuck", map[string]string{"reason": "RenewalPending"}) == 1
+	})
+	if v := value(t, h.reg, "certready_renewal_stuck", map[string]string{"reason": "RenewalNotRequested"}); v != 0 {
+		t.Errorf("RenewalNotRequested = %v: the unlabelled request was missed", v)
 	}
 }

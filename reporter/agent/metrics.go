@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/reporter/agent/renewal"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
 
@@ -28,10 +29,30 @@ type metrics struct {
 	stalled            prometheus.Gauge
 	clockSkew          prometheus.Gauge
 	rotations          prometheus.Counter
+	caNotAfter         prometheus.Gauge
+	renewalStuck       *prometheus.GaugeVec
+	clientNotAfter     prometheus.Gauge
+	expiryWindow       *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	m := &metrics{
+		expiryWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_expiry_window_seconds",
+			Help: "The agent's expiry windows, in seconds, that the expiry alerts compare with: window=warning (--expiry-warning) and critical (--expiry-critical) for the kubelet's serving and client certificates, ca-warning (--ca-expiry-warning) for the cluster CA.",
+		}, []string{"window"}),
+		caNotAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_ca_not_after_timestamp_seconds",
+			Help: "NotAfter of the root CA the proven serving certificate chains to, as Unix seconds (0 until a certificate was proven ready).",
+		}),
+		clientNotAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_kubelet_client_cert_not_after_timestamp_seconds",
+			Help: "NotAfter of the kubelet's client certificate (<pki-dir>/kubelet-client-current.pem, its identity towards the API server), as Unix seconds (0 when there is none to read: a kubelet with a static client certificate).",
+		}),
+		renewalStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_renewal_stuck",
+			Help: "1 for what holds up the renewal of a serving certificate that still works, once it is past the kubelet's latest rotation point (90% of its lifetime plus a grace); 0 for every other reason, and all 0 while the renewal is not stuck or the certificate is not proven ready.",
+		}, []string{"reason"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_kubelet_serving_cert_ready",
 			Help: "1 when the last published condition says the kubelet serving certificate is ready (status False), else 0.",
@@ -95,11 +116,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.notAfterDeprecated, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
-		m.foreign, m.stalled, m.clockSkew, m.rotations)
+		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow)
 	for _, r := range verdict.AllReasons {
 		m.reason.WithLabelValues(string(r)).Set(0)
 	}
+	m.setRenewal(renewal.NotDue)
+	m.expiryWindow.WithLabelValues("warning").Set(cfg.ExpiryWarning.Seconds())
+	m.expiryWindow.WithLabelValues("critical").Set(cfg.ExpiryCritical.Seconds())
+	m.expiryWindow.WithLabelValues("ca-warning").Set(cfg.CAExpiryWarning.Seconds())
 	return m
+}
+
+// setRenewal sets certready_renewal_stuck: 1 for reason, 0 for the others.
+func (m *metrics) setRenewal(reason renewal.Reason) {
+	for _, r := range renewal.Reasons {
+		val := 0.0
+		if r == reason {
+			val = 1
+		}
+		m.renewalStuck.WithLabelValues(string(r)).Set(val)
+	}
 }
 
 func (m *metrics) observe(c verdict.Check, d time.Duration) {

@@ -27,6 +27,9 @@ const (
 	DefaultDir = "/var/lib/kubelet/pki"
 	// CurrentName is the symlink the kubelet points at its current pair.
 	CurrentName = "kubelet-server-current.pem"
+	// ClientCurrentName is the same for the kubelet's client certificate
+	// (its identity towards the API server), when the kubelet rotates it.
+	ClientCurrentName = "kubelet-client-current.pem"
 	// MaxSize bounds how much of the file is read: a real pair is a few KiB.
 	MaxSize = 1 << 20
 )
@@ -61,11 +64,18 @@ type Observation struct {
 // CurrentPath is the -current.pem path inside dir.
 func CurrentPath(dir string) string { return filepath.Join(dir, CurrentName) }
 
+// ClientPath is the kubelet's client -current.pem path inside dir.
+func ClientPath(dir string) string { return filepath.Join(dir, ClientCurrentName) }
+
 // Read observes the installed serving certificate in dir. It never fails:
 // every problem is an Observation with a State and a Detail that names the
 // path and says what was wrong.
-func Read(dir string) Observation {
-	path := CurrentPath(dir)
+func Read(dir string) Observation { return ReadFile(CurrentPath(dir)) }
+
+// ReadFile observes the certificate in the PEM file at path (a kubelet
+// -current.pem: certificate and private key), as Read does: only its
+// CERTIFICATE blocks are decoded, and the copy of the file is wiped.
+func ReadFile(path string) Observation {
 	obs := Observation{Path: path}
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		obs.Target = target
@@ -92,7 +102,7 @@ func Read(dir string) Observation {
 		return obs.fail(Unreadable, describe(path, err))
 	}
 	if len(buf) > MaxSize {
-		return obs.fail(Unreadable, fmt.Sprintf("%s is larger than %d bytes; a kubelet serving pair is a few KiB", path, MaxSize))
+		return obs.fail(Unreadable, fmt.Sprintf("%s is larger than %d bytes; a kubelet certificate and key are a few KiB", path, MaxSize))
 	}
 	certs, err := ParseCertificates(buf)
 	if err != nil {
@@ -192,23 +202,28 @@ func kind(m os.FileMode) string {
 }
 
 // Verify checks that leaf chains to roots for server auth and carries name
-// (an IP literal is checked against IP SANs).
-func Verify(leaf *x509.Certificate, intermediates []*x509.Certificate, roots *x509.CertPool, name string, now time.Time) error {
+// (an IP literal is checked against IP SANs), and returns the root it
+// chains to (the first chain's).
+func Verify(leaf *x509.Certificate, intermediates []*x509.Certificate, roots *x509.CertPool, name string, now time.Time) (*x509.Certificate, error) {
 	if roots == nil {
-		return errors.New("no CA to verify against")
+		return nil, errors.New("no CA to verify against")
 	}
 	pool := x509.NewCertPool()
 	for _, c := range intermediates {
 		pool.AddCert(c)
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{
+	chains, err := leaf.Verify(x509.VerifyOptions{
 		DNSName:       name,
 		Roots:         roots,
 		Intermediates: pool,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	chain := chains[0]
+	return chain[len(chain)-1], nil
 }
 
 // LoadCA reads a PEM bundle; an error names the file and what is wrong.

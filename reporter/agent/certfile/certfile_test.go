@@ -280,3 +280,20 @@ func TestLoadCA(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// The kubelet's client pair is read like the serving one: its certificate,
+// never its key (a block that is not valid base64 here would fail a
+// decode), and a missing file is Missing, not an error.
+func TestReadFileReadsTheClientCertificate(t *testing.T) {
+	_, pair := issue(t)
+	dir := t.TempDir()
+	if obs := certfile.ReadFile(certfile.ClientPath(dir)); obs.State != certfile.Missing || !strings.Contains(obs.Detail, certfile.ClientCurrentName) {
+		t.Errorf("no client file: %s %q, want Missing naming the file", obs.State, obs.Detail)
+	}
+	key := []byte("-----BEGIN EC PRIVATE KEY-----\n!!not base64!!\n-----END EC PRIVATE KEY-----\n")
+	write(t, certfile.ClientPath(dir), append(key, pair.CertPEM()...))
+	obs := certfile.ReadFile(certfile.ClientPath(dir))
+	if obs.State != certfile.Present || !obs.Leaf.NotAfter.Equal(pair.Cert.NotAfter) {
+		t.Errorf("client file: %s %q, want Present with NotAfter %s", obs.State, obs.Detail, pair.Cert.NotAfter)
+	}
+}

@@ -83,6 +83,11 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 	start := time.Now()
 	in.File = certfile.Read(c.PKIDir)
 	done(verdict.CheckFile, start)
+	// The client certificate is stated, never judged: a kubelet whose
+	// client certificate is static (no rotation) has no such file.
+	if cl := certfile.ReadFile(certfile.ClientPath(c.PKIDir)); cl.State == certfile.Present {
+		in.ClientNotAfter = cl.Leaf.NotAfter
+	}
 
 	if c.CSRs == nil {
 		in.SkipCSR = true

@@ -79,7 +79,7 @@ func Probe(ctx context.Context, t Target) verdict.Endpoint {
 	if at.IsZero() {
 		at = time.Now()
 	}
-	res.VerifyErr = certfile.Verify(chain[0], chain[1:], t.Roots, t.ServerName, at)
+	_, res.VerifyErr = certfile.Verify(chain[0], chain[1:], t.Roots, t.ServerName, at)
 	return res
 }
 

@@ -14,11 +14,22 @@ import (
 // message ends with them as a trailer, written by Facts.String and read by
 // ParseFacts alone, so that the prose before it can change freely:
 //
-//	... presented on 192.0.2.11:10250 [notAfter=2027-12-01T12:00:00Z csr=csr-1 sha256=<64 hex digits>]
+//	... presented on 192.0.2.11:10250 [notAfter=2027-12-01T12:00:00Z csr=csr-1 sha256=<64 hex digits> ca=<64 hex digits> caNotAfter=2035-11-29T12:00:00Z clientNotAfter=2027-11-20T08:00:00Z agent=v1.2.3]
+//
+// A reader ignores keys it does not know: a newer agent may state more.
 type Facts struct {
 	NotAfter    time.Time
 	CSR         string // "" when no CSR proved the certificate (retention)
 	Fingerprint fingerprint.SHA256
+	// CA is the root the certificate chains to (zero: not stated, by an
+	// older agent), CANotAfter its expiry.
+	CA         fingerprint.SHA256
+	CANotAfter time.Time
+	// ClientNotAfter is the expiry of the kubelet's client certificate
+	// (zero: not stated, no rotated client certificate, or an older agent).
+	ClientNotAfter time.Time
+	// Agent is the version of the agent that stated them ("" unknown).
+	Agent string
 }
 
 const factsOpen = " [notAfter="
@@ -35,6 +46,20 @@ func (f Facts) String() string {
 	}
 	b.WriteString(" sha256=")
 	b.WriteString(f.Fingerprint.String())
+	if !f.CA.IsZero() {
+		b.WriteString(" ca=")
+		b.WriteString(f.CA.String())
+		b.WriteString(" caNotAfter=")
+		b.WriteString(names.Stamp(f.CANotAfter))
+	}
+	if !f.ClientNotAfter.IsZero() {
+		b.WriteString(" clientNotAfter=")
+		b.WriteString(names.Stamp(f.ClientNotAfter))
+	}
+	if v := strings.Join(strings.Fields(f.Agent), "_"); v != "" && !strings.ContainsAny(v, "[]") {
+		b.WriteString(" agent=")
+		b.WriteString(v)
+	}
 	b.WriteByte(']')
 	return b.String()
 }
@@ -65,8 +90,26 @@ func ParseFacts(message string) (f Facts, ok bool) {
 				return Facts{}, false
 			}
 			f.Fingerprint = fp
-		default:
-			return Facts{}, false
+		case "ca":
+			fp, err := fingerprint.Parse(v)
+			if err != nil {
+				return Facts{}, false
+			}
+			f.CA = fp
+		case "agent":
+			f.Agent = v
+		case "clientNotAfter":
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return Facts{}, false
+			}
+			f.ClientNotAfter = t
+		case "caNotAfter":
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return Facts{}, false
+			}
+			f.CANotAfter = t
 		}
 	}
 	return f, !f.NotAfter.IsZero() && !f.Fingerprint.IsZero()

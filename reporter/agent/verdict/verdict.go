@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/csrmatch"
@@ -39,6 +40,9 @@ var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint}
 // Input is everything the verdict is computed from.
 type Input struct {
 	Node Node
+	// Agent is the version of the agent judging, stated in a Ready
+	// message's facts.
+	Agent string
 	// Now is the node's own clock.
 	Now time.Time
 	// Clock compares the node's clock with the API server's. When it is
@@ -58,6 +62,10 @@ type Input struct {
 	SkipCSR bool
 	// Endpoint is nil when the kubelet port was not probed.
 	Endpoint *Endpoint
+	// ClientNotAfter is the expiry of the kubelet's client certificate
+	// (<pki-dir>/kubelet-client-current.pem), zero when it could not be
+	// read. It is stated in a Ready message's facts and judges nothing.
+	ClientNotAfter time.Time
 }
 
 // Clock is the node's clock against the API server's (the Date of its
@@ -123,6 +131,8 @@ type Verdict struct {
 	Results []Result
 	// Proof is how the CSR check passed, when it did.
 	Proof string
+	// CA is the root CA the certificate chains to (ready verdicts).
+	CA *x509.Certificate
 }
 
 // Ready reports whether this verdict says the certificate is ready.
@@ -166,7 +176,8 @@ type evaluation struct {
 	in       Input
 	results  []Result
 	proof    string
-	provedBy string // the CSR that issued the certificate, when one proved it
+	provedBy string            // the CSR that issued the certificate, when one proved it
+	ca       *x509.Certificate // the root the certificate chains to
 }
 
 func (e *evaluation) pass(c Check) { e.results = append(e.results, Result{Check: c, Passed: true}) }
@@ -231,9 +242,11 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
 	}
-	if err := certfile.Verify(leaf, in.File.Intermediates, in.CA, "", now); err != nil {
+	ca, err := certfile.Verify(leaf, in.File.Intermediates, in.CA, "", now)
+	if err != nil {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
 	}
+	e.ca = ca
 	if msg := coverage(leaf, in.Node); msg != "" {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateIdentityMismatch, "certificate %s %s", fp, msg)
 	}
@@ -360,9 +373,11 @@ func (e *evaluation) endpoint() Verdict {
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
 					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) +
-					Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint}.String(),
+					Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
+						CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent}.String(),
 				Results: e.results,
 				Proof:   e.proof,
+				CA:      e.ca,
 			}
 		case ep.VerifyErr != nil:
 			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateUntrusted,
@@ -395,4 +410,12 @@ func orMissing(err error) error {
 		return fmt.Errorf("no CA configured")
 	}
 	return err
+}
+
+// caNotAfter is ca's expiry; zero without one.
+func caNotAfter(ca *x509.Certificate) time.Time {
+	if ca == nil {
+		return time.Time{}
+	}
+	return ca.NotAfter
 }

@@ -445,6 +445,7 @@ func TestNeedsEndpoint(t *testing.T) {
 // Ready messages as Evaluate writes them, for every kind of proof.
 func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 	f := newFixture(t)
+	clientNotAfter := time.Date(2027, 3, 4, 5, 6, 7, 0, time.UTC)
 	for _, tc := range []struct {
 		name    string
 		mutate  func(in *verdict.Input)
@@ -455,6 +456,7 @@ func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 			in.CSR = &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.None}, Remembered: &csrmatch.Result{State: csrmatch.Issued, Name: "csr-gone.1"}, Retention: time.Hour}
 		}, "csr-gone.1"},
 		{"no CSR checked", func(in *verdict.Input) { in.CSR, in.SkipCSR = nil, true }, ""},
+		{"with the kubelet's client certificate", func(in *verdict.Input) { in.ClientNotAfter = clientNotAfter }, "csr-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := f.ready()
@@ -464,8 +466,10 @@ func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 				t.Fatalf("verdict %s: %s", v.Reason, v.Message)
 			}
 			facts, ok := verdict.ParseFacts(v.Message)
-			want := verdict.Facts{NotAfter: f.good.Cert.NotAfter.Truncate(time.Second), CSR: tc.wantCSR, Fingerprint: in.File.Fingerprint}
-			if !ok || !facts.NotAfter.Equal(want.NotAfter) || facts.CSR != want.CSR || facts.Fingerprint != want.Fingerprint {
+			want := verdict.Facts{NotAfter: f.good.Cert.NotAfter.Truncate(time.Second), CSR: tc.wantCSR, Fingerprint: in.File.Fingerprint,
+				CA: fingerprint.Of(f.ca.Cert), CANotAfter: f.ca.Cert.NotAfter.Truncate(time.Second), ClientNotAfter: in.ClientNotAfter}
+			if !ok || !facts.NotAfter.Equal(want.NotAfter) || facts.CSR != want.CSR || facts.Fingerprint != want.Fingerprint ||
+				facts.CA != want.CA || !facts.CANotAfter.Equal(want.CANotAfter) || !facts.ClientNotAfter.Equal(want.ClientNotAfter) {
 				t.Errorf("ParseFacts(%q) = %+v, %v; want %+v", v.Message, facts, ok, want)
 			}
 		})
@@ -479,11 +483,14 @@ func TestFactsRoundTrip(t *testing.T) {
 		{NotAfter: at, CSR: "csr-abc12", Fingerprint: fp},
 		{NotAfter: at, Fingerprint: fp},
 		{NotAfter: at, CSR: "node-csr.with.dots-1", Fingerprint: fp},
+		{NotAfter: at, CSR: "csr-abc12", Fingerprint: fp, CA: fingerprint.SHA256{0x01, 31: 0x02}, CANotAfter: at.AddDate(10, 0, 0), Agent: "v0.9.0-3-gabcdef0-dirty"},
+		{NotAfter: at, Fingerprint: fp, CA: fingerprint.SHA256{0x01, 31: 0x02}, CANotAfter: at.AddDate(10, 0, 0), ClientNotAfter: at.AddDate(0, 0, -3), Agent: "v1"},
 	} {
 		// Whatever prose comes before the trailer, brackets included.
 		for _, prose := range []string{"", "serving certificate abcd valid until then, issued by CSR x [not facts]; presented on [2001:db8::1]:10250"} {
 			got, ok := verdict.ParseFacts(prose + f.String())
-			if !ok || !got.NotAfter.Equal(f.NotAfter) || got.CSR != f.CSR || got.Fingerprint != f.Fingerprint {
+			if !ok || !got.NotAfter.Equal(f.NotAfter) || got.CSR != f.CSR || got.Fingerprint != f.Fingerprint || got.CA != f.CA || !got.CANotAfter.Equal(f.CANotAfter) || got.Agent != f.Agent ||
+				!got.ClientNotAfter.Equal(f.ClientNotAfter) {
 				t.Errorf("ParseFacts(%q) = %+v, %v; want %+v", prose+f.String(), got, ok, f)
 			}
 		}
@@ -491,14 +498,38 @@ func TestFactsRoundTrip(t *testing.T) {
 	for _, msg := range []string{
 		"CSR csr-x pending approval since 2026-12-01T00:00:00Z",
 		"serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1; presented on 192.0.2.11:10250",
-		" [notAfter=2027-12-01T12:00:00Z csr=c]",                              // no fingerprint
-		" [notAfter=yesterday sha256=" + fp.String() + "]",                    // not a time
-		" [notAfter=2027-12-01T12:00:00Z sha256=abcd]",                        // a short fingerprint
-		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " owner=x]", // an unknown fact
+		" [notAfter=2027-12-01T12:00:00Z csr=c]",                            // no fingerprint
+		" [notAfter=yesterday sha256=" + fp.String() + "]",                  // not a time
+		" [notAfter=2027-12-01T12:00:00Z sha256=abcd]",                      // a short fingerprint
+		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " ca=12]", // a short CA fingerprint
 		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + "] trailing",
+		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " clientNotAfter=soon]", // not a time
 	} {
 		if got, ok := verdict.ParseFacts(msg); ok {
 			t.Errorf("ParseFacts(%q) = %+v, want none", msg, got)
+		}
+	}
+}
+
+// A newer agent may state facts this reader does not know: they are
+// skipped, the known ones still read.
+func TestParseFactsSkipsFactsItDoesNotKnow(t *testing.T) {
+	fp := fingerprint.SHA256{0xab, 31: 0xef}
+	got, ok := verdict.ParseFacts(" [notAfter=2027-12-01T12:00:00Z csr=c1 sha256=" + fp.String() + " agent=v9.9.9 kubeletClientNotAfter=2027-01-01T00:00:00Z]")
+	if !ok || got.CSR != "c1" || got.Fingerprint != fp {
+		t.Errorf("ParseFacts = %+v, %v; want the known facts read", got, ok)
+	}
+}
+
+// A version that would break the trailer (a bracket) is left out, and one
+// with spaces is joined: the facts stay readable whatever the build says.
+func TestFactsAgentVersionNeverBreaksTheTrailer(t *testing.T) {
+	fp := fingerprint.SHA256{0xab, 31: 0xef}
+	at := time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)
+	for agent, want := range map[string]string{"v1.0.0": "v1.0.0", "dev build": "dev_build", "v1]x": "", "": ""} {
+		got, ok := verdict.ParseFacts("ready" + verdict.Facts{NotAfter: at, Fingerprint: fp, Agent: agent}.String())
+		if !ok || got.Agent != want || got.Fingerprint != fp {
+			t.Errorf("agent %q: ParseFacts = %+v, %v; want agent %q", agent, got, ok, want)
 		}
 	}
 }
