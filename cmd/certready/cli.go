@@ -55,13 +55,14 @@ func newRootCommand(ctx context.Context) *cobra.Command {
 		Long: "certready keeps a Kubernetes node from taking workloads until its kubelet can really serve TLS.\n\n" +
 			"Operators: 'certready status' (or 'kubectl certready') shows which nodes are not ready and why;\n" +
 			"'certready preflight' what a NodeReadinessRule would do; 'certready verify' whether a renewal\n" +
-			"happened. The other commands are what the manifests run.",
+			"happened; 'certready csr' where each kubelet-serving CSR stands and why ('csr explain NAME').\n" +
+			"The other commands are what the manifests run.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Operator commands (read-only, your kubeconfig):"},
 		&cobra.Group{ID: "process", Title: "What the manifests run:"})
-	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand())
+	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand(), newCSRCommand())
 	for _, c := range commands() {
 		if c.name == "version" {
 			root.AddCommand(processCommand(ctx, c, ""))
@@ -110,13 +111,21 @@ func newFleetFlags(cmd *cobra.Command) *fleetFlags {
 }
 
 func (f *fleetFlags) client(userAgent string) (kubernetes.Interface, error) {
+	cfg, err := f.restConfig(userAgent)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (f *fleetFlags) restConfig(userAgent string) (*rest.Config, error) {
 	cfg, err := f.config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.UserAgent = f.qps, f.burst, userAgent
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // fleetView is status's and verify's reading of the fleet: the connection

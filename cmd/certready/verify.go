@@ -20,14 +20,16 @@ import (
 // renewal. Exit 0: every node passed; 1: some did not; 2: error.
 func newVerifyCommand() *cobra.Command {
 	var baseline, output string
+	var caChange bool
 	cmd := &cobra.Command{
 		Use:     "verify --baseline before.json",
 		GroupID: "fleet",
 		Short:   "Accept a renewal: every node serves a new certificate that expires later than in a baseline.",
 		Long: "Compares the fleet now with a baseline taken before a renewal ('certready status -o json >\n" +
 			"before.json'): a node passes when it was ready with a certificate then, is ready now, serves\n" +
-			"another certificate (full SHA-256) and that one expires later. Nodes only in the baseline or only\n" +
-			"now fail. Read-only. Exit 0: every node passed; 1: some did not; 2: error.",
+			"another certificate (full SHA-256) that expires later and chains to the same CA (another one with\n" +
+			"--expect-ca-change). Nodes only in the baseline or only now fail. Read-only.\n" +
+			"Exit 0: every node passed; 1: some did not; 2: error.",
 		Example: "  certready status -o json > before.json\n  # renew (e.g. restart kubelets with a short rotation, or wait for rotation)\n  certready verify --baseline before.json\n  certready verify --baseline before.json -l node-role.kubernetes.io/worker -o json",
 		Args:    cobra.NoArgs,
 	}
@@ -35,13 +37,14 @@ func newVerifyCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
 	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	fs.BoolVar(&caChange, "expect-ca-change", false, "The renewal is a CA rotation's re-issue: each node must chain to another CA than in the baseline. Without it, a node whose CA changed fails.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready verify: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
-		if output != "" && output != "json" && output != "yaml" {
-			return fail(fmt.Errorf("--output=%s: want json or yaml (empty: a table)", output))
+		if err := checkOutput(output); err != nil {
+			return fail(err)
 		}
 		before, err := readBaseline(baseline)
 		if err != nil {
@@ -54,7 +57,7 @@ func newVerifyCommand() *cobra.Command {
 		if view.selector != "" {
 			before = selected(before, nodes)
 		}
-		rows := fleet.Verify(before, now)
+		rows := fleet.Verify(before, now, caChange)
 		if err := printVerify(cmd.OutOrStdout(), output, rows); err != nil {
 			return fail(err)
 		}

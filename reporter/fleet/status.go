@@ -35,6 +35,15 @@ type NodeStatus struct {
 	NotAfter    *time.Time `json:"notAfter,omitempty"`
 	CSR         string     `json:"csr,omitempty"`
 	Fingerprint string     `json:"fingerprint,omitempty"`
+	// CAFingerprint and CANotAfter are the root CA the certificate chains
+	// to, its full SHA-256 and expiry (agents that state it).
+	CAFingerprint string     `json:"caFingerprint,omitempty"`
+	CANotAfter    *time.Time `json:"caNotAfter,omitempty"`
+	// ClientCertNotAfter is the expiry of the node's kubelet client
+	// certificate (agents that state it; none for a static one).
+	ClientCertNotAfter *time.Time `json:"clientCertNotAfter,omitempty"`
+	// AgentVersion is the version of the agent that stated them.
+	AgentVersion string `json:"agentVersion,omitempty"`
 	// Tainted: the node carries the readiness taint.
 	Tainted bool `json:"tainted"`
 	// Completed names who marked the node's bootstrap complete: NRC rules
@@ -74,6 +83,13 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 			if c.Status == corev1.ConditionFalse {
 				if f, ok := verdict.ParseFacts(c.Message); ok {
 					s.NotAfter, s.CSR, s.Fingerprint = &f.NotAfter, f.CSR, f.Fingerprint.String()
+					s.AgentVersion = f.Agent
+					if !f.CA.IsZero() {
+						s.CAFingerprint, s.CANotAfter = f.CA.String(), &f.CANotAfter
+					}
+					if !f.ClientNotAfter.IsZero() {
+						s.ClientCertNotAfter = &f.ClientNotAfter
+					}
 				}
 			}
 		}

@@ -31,7 +31,9 @@ func TestStatusOnFixtures(t *testing.T) {
 		return n
 	}
 	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250" +
-		verdict.Facts{NotAfter: time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC), CSR: "csr-w1", Fingerprint: fingerprint.SHA256{0x01, 0x23}}.String()
+		verdict.Facts{NotAfter: time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC), CSR: "csr-w1", Fingerprint: fingerprint.SHA256{0x01, 0x23},
+			CA: fingerprint.SHA256{0xca}, CANotAfter: time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC),
+			ClientNotAfter: time.Date(2027, 2, 3, 0, 0, 0, 0, time.UTC), Agent: "v1.2.3"}.String()
 	ready := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Minute)
 	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
 	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Hour)
@@ -75,6 +77,15 @@ func TestStatusOnFixtures(t *testing.T) {
 	}
 	if na := byNode["w1"].NotAfter; na == nil || !na.Equal(time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("w1 expiry %v", na)
+	}
+	if v := byNode["w1"].AgentVersion; v != "v1.2.3" {
+		t.Errorf("w1's agent version %q", v)
+	}
+	if w1 := byNode["w1"]; w1.CAFingerprint != (fingerprint.SHA256{0xca}).String() || w1.CANotAfter == nil || w1.CANotAfter.Year() != 2035 {
+		t.Errorf("w1's CA: %q, %v", w1.CAFingerprint, w1.CANotAfter)
+	}
+	if w1 := byNode["w1"]; w1.ClientCertNotAfter == nil || !w1.ClientCertNotAfter.Equal(time.Date(2027, 2, 3, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("w1's client certificate expiry: %v", w1.ClientCertNotAfter)
 	}
 	if fp := byNode["w1"].Fingerprint; fp != (fingerprint.SHA256{0x01, 0x23}).String() {
 		t.Errorf("w1 fingerprint %q", fp)

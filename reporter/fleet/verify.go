@@ -23,13 +23,15 @@ type Cert struct {
 	Fingerprint string `json:"fingerprint"`
 	NotAfter    string `json:"notAfter,omitempty"`
 	CSR         string `json:"csr,omitempty"`
+	// CA is the full SHA-256 of the root CA it chains to, when stated.
+	CA string `json:"ca,omitempty"`
 }
 
 func certOf(s NodeStatus) *Cert {
 	if s.Fingerprint == "" {
 		return nil
 	}
-	c := &Cert{Fingerprint: s.Fingerprint, CSR: s.CSR}
+	c := &Cert{Fingerprint: s.Fingerprint, CSR: s.CSR, CA: s.CAFingerprint}
 	if s.NotAfter != nil {
 		c.NotAfter = names.Stamp(*s.NotAfter)
 	}
@@ -39,9 +41,10 @@ func certOf(s NodeStatus) *Cert {
 // Verify is the runbook's acceptance after a renewal: for every node of
 // now (the selected nodes) and of before (a baseline taken with status -o
 // json), it passes only when the node was ready with a certificate in the
-// baseline, is ready now, serves another certificate (full SHA-256) and
-// that one expires later. Sorted by node, failures first.
-func Verify(before, now []NodeStatus) []Verification {
+// baseline, is ready now, serves another certificate (full SHA-256) that
+// expires later, and chains to the same CA as before; with caChange (a CA
+// rotation's re-issue), to another CA. Sorted by node, failures first.
+func Verify(before, now []NodeStatus, caChange bool) []Verification {
 	was := map[string]NodeStatus{}
 	for _, b := range before {
 		was[b.Node] = b
@@ -68,6 +71,12 @@ func Verify(before, now []NodeStatus) []Verification {
 			v.Reason = "the serving certificate did not change (sha256 " + v.After.Short() + ")"
 		case b.NotAfter == nil || n.NotAfter == nil || !n.NotAfter.After(*b.NotAfter):
 			v.Reason = fmt.Sprintf("the new certificate does not expire later (%s, was %s)", v.After.NotAfter, v.Before.NotAfter)
+		case caChange && (v.Before.CA == "" || v.After.CA == ""):
+			v.Reason = "the CA is not stated in the baseline or now (an older agent): a CA change cannot be verified"
+		case caChange && v.Before.CA == v.After.CA:
+			v.Reason = "the CA did not change (sha256 " + short(v.After.CA) + "), and --expect-ca-change says it should have"
+		case !caChange && v.Before.CA != "" && v.After.CA != "" && v.Before.CA != v.After.CA:
+			v.Reason = "the CA changed (sha256 " + short(v.Before.CA) + " -> " + short(v.After.CA) + "): if this renewal is a CA rotation, verify with --expect-ca-change"
 		default:
 			v.Passed = true
 		}
@@ -96,4 +105,6 @@ func problemOf(n NodeStatus) string {
 
 // Short is the fingerprint's first 16 hex digits, as fingerprint.Short
 // writes them in condition messages.
-func (c *Cert) Short() string { return c.Fingerprint[:min(16, len(c.Fingerprint))] }
+func (c *Cert) Short() string { return short(c.Fingerprint) }
+
+func short(fp string) string { return fp[:min(16, len(fp))] }

@@ -40,7 +40,7 @@ func TestVerify(t *testing.T) {
 		"joined":        "not in the baseline",
 		"gone":          "not selected now",
 	}
-	got := fleet.Verify(before, now)
+	got := fleet.Verify(before, now, false)
 	if len(got) != len(want) {
 		t.Fatalf("%d verifications, want %d: %+v", len(got), len(want), got)
 	}
@@ -60,5 +60,47 @@ func TestVerify(t *testing.T) {
 	}
 	if r := got[len(got)-1]; r.Node != "renewed" || r.Before.Fingerprint != fpA || r.After.Fingerprint != fpB || r.After.NotAfter != "2027-01-10T00:00:00Z" {
 		t.Errorf("renewed: %+v before %+v after %+v", r, r.Before, r.After)
+	}
+}
+
+// The CA a node's certificate chains to stays the same in a renewal, and
+// changes in a CA rotation's re-issue (--expect-ca-change); a baseline or
+// an agent that does not state the CA passes a renewal, and fails a
+// rotation, which cannot then be shown.
+func TestVerifyTheCA(t *testing.T) {
+	day := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	early, late := day.AddDate(0, 0, 10), day.AddDate(0, 0, 40)
+	fpA, fpB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	caX, caY := strings.Repeat("c", 64), strings.Repeat("d", 64)
+	node := func(fp string, notAfter time.Time, ca string) fleet.NodeStatus {
+		return fleet.NodeStatus{Node: "w1", Ready: true, Status: "False", Fingerprint: fp, NotAfter: &notAfter, CAFingerprint: ca}
+	}
+	for _, tc := range []struct {
+		name         string
+		caBefore     string
+		caNow        string
+		expectChange bool
+		want         string // "" passes
+	}{
+		{"renewal, same CA", caX, caX, false, ""},
+		{"renewal, CA changed", caX, caY, false, "the CA changed (sha256 cccccccccccccccc -> dddddddddddddddd)"},
+		{"renewal, CA not stated", "", caX, false, ""},
+		{"rotation, CA changed", caX, caY, true, ""},
+		{"rotation, same CA", caX, caX, true, "the CA did not change"},
+		{"rotation, CA not stated", caX, "", true, "cannot be verified"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fleet.Verify([]fleet.NodeStatus{node(fpA, early, tc.caBefore)}, []fleet.NodeStatus{node(fpB, late, tc.caNow)}, tc.expectChange)
+			if len(got) != 1 {
+				t.Fatalf("%+v", got)
+			}
+			v := got[0]
+			if tc.want == "" && !v.Passed || tc.want != "" && (v.Passed || !strings.Contains(v.Reason, tc.want)) {
+				t.Errorf("passed=%v %q, want %q", v.Passed, v.Reason, tc.want)
+			}
+			if v.After.CA != tc.caNow {
+				t.Errorf("after.ca %q, want %q", v.After.CA, tc.caNow)
+			}
+		})
 	}
 }

@@ -1,0 +1,365 @@
+//go:build !nodeonly
+
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/approver/policy"
+	"github.com/certready/certready/reporter/fleet"
+)
+
+// newCSRCommand lists kubelet-serving CSRs where they stand, and explains
+// one ('csr explain'): the runbook's 'kubectl get csr' and 'openssl req'.
+func newCSRCommand() *cobra.Command {
+	var output, node string
+	cmd := &cobra.Command{
+		Use:     "csr",
+		GroupID: "fleet",
+		Short:   "List kubelet-serving CSRs: node, age, stage and the approver's recorded rule.",
+		Long: "Lists the kubelet-serving CSRs, by node, newest first: the stage each stands at (pending,\n" +
+			"approved-not-issued, issued, denied, failed), the rule of its decision (the Approved, Denied or\n" +
+			"Failed condition's reason; for a pending one, the refusal the approver keeps on it), and for an\n" +
+			"issued one its certificate's expiry (full fingerprint: -o json). Read-only.\n" +
+			"'certready csr explain NAME' decodes one and evaluates the approval policy on it.",
+		Example: "  certready csr\n  certready csr --node worker-1\n  certready csr explain csr-8k2mf",
+		Args:    cobra.NoArgs,
+	}
+	flags := newFleetFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&node, "node", "", "Only the CSRs this node filed (spec.username system:node:<node>).")
+	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr: %v\n", err); return exitCode(2) }
+		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+			return fail(err)
+		}
+		if err := checkOutput(output); err != nil {
+			return fail(err)
+		}
+		client, err := flags.client("certready-csr/" + version)
+		if err != nil {
+			return fail(err)
+		}
+		list, err := listKubeletServingCSRs(cmd.Context(), client)
+		if err != nil {
+			return fail(err)
+		}
+		rows := fleet.CSRs(list)
+		if node != "" {
+			kept := rows[:0]
+			for _, r := range rows {
+				if r.Node == node {
+					kept = append(kept, r)
+				}
+			}
+			rows = kept
+		}
+		if err := printCSRs(cmd.OutOrStdout(), output, rows, time.Now()); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
+	cmd.AddCommand(newCSRExplainCommand())
+	return cmd
+}
+
+func checkOutput(output string) error {
+	if output != "" && output != "json" && output != "yaml" {
+		return fmt.Errorf("--output=%s: want json or yaml (empty: a table)", output)
+	}
+	return nil
+}
+
+// listKubeletServingCSRs lists the kubelet-serving CSRs, in pages.
+func listKubeletServingCSRs(ctx context.Context, client kubernetes.Interface) ([]certv1.CertificateSigningRequest, error) {
+	var out []certv1.CertificateSigningRequest
+	err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return client.CertificatesV1().CertificateSigningRequests().List(ctx, o)
+	}).EachListItem(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.signerName", names.SignerName).String()},
+		func(obj runtime.Object) error {
+			out = append(out, *obj.(*certv1.CertificateSigningRequest))
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("listing kubelet-serving CSRs: %w", err)
+	}
+	return out, nil
+}
+
+func printCSRs(w io.Writer, output string, rows []fleet.CSRRow, now time.Time) error {
+	if output != "" {
+		return printDocument(w, output, map[string]any{"csrs": rows})
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tNODE\tAGE\tSTAGE\tRULE\tCERT NOT AFTER")
+	for _, r := range rows {
+		notAfter := "-"
+		if r.Certificate != nil {
+			notAfter = names.Stamp(r.Certificate.NotAfter)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Node), shortDuration(now.Sub(r.Created)), r.Stage, dash(r.Rule), notAfter)
+	}
+	return tw.Flush()
+}
+
+// Explanation is 'csr explain' in -o json|yaml.
+type Explanation struct {
+	CSR     fleet.CSRRow `json:"csr"`
+	Request *RequestView `json:"request,omitempty"`
+	// Decision is what the approver's policy decides on it now.
+	Decision DecisionView `json:"decision"`
+	// ApproverConfig says whose flags configured the policy.
+	ApproverConfig string `json:"approverConfig"`
+}
+
+// RequestView is the decoded request: what 'openssl req -text' showed.
+type RequestView struct {
+	Subject           string   `json:"subject"`
+	DNSNames          []string `json:"dnsNames,omitempty"`
+	IPAddresses       []string `json:"ipAddresses,omitempty"`
+	EmailAddresses    []string `json:"emailAddresses,omitempty"`
+	URIs              []string `json:"uris,omitempty"`
+	Key               string   `json:"key"`
+	Usages            []string `json:"usages"`
+	ExpirationSeconds *int32   `json:"expirationSeconds,omitempty"`
+	Groups            []string `json:"groups"`
+}
+
+// DecisionView is a policy decision.
+type DecisionView struct {
+	Approve   bool   `json:"approve"`
+	Rule      string `json:"rule"`
+	Message   string `json:"message"`
+	Transient bool   `json:"transient,omitempty"`
+}
+
+func newCSRExplainCommand() *cobra.Command {
+	var output, approverRef, inventory string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "explain NAME",
+		Short: "Decode a kubelet-serving CSR and evaluate the approval policy on it, as the approver would now.",
+		Long: "Decodes the request (subject, SANs, key, usages) and evaluates the approval policy on it\n" +
+			"against the live cluster, read-only: the same code as the approver, configured with the flags\n" +
+			"and CERTREADY_ variables of the approver's Deployment (--approver), so the same answer.\n" +
+			"It reads what the approver reads (CSRs, Nodes, Service CIDRs, the API server's Service,\n" +
+			"EndpointSlice and certificate): run it with a kubeconfig that may. For an issued request it\n" +
+			"also shows the certificate's full fingerprint and validity.\n" +
+			"Exit 0: the policy approves it; 1: it refuses it (the rule is named); 2: error.",
+		Example: "  certready csr explain csr-8k2mf\n  certready csr explain csr-8k2mf -o json\n" +
+			"  certready csr explain csr-8k2mf --approver=kube-system/my-approver\n" +
+			"  certready csr explain csr-8k2mf --inventory=file:./inventory.yaml   # the approver reads a file in its pod",
+		Args: cobra.ExactArgs(1),
+	}
+	flags := newFleetFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&approverRef, "approver", "certready-system/certready-approver", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the approver's defaults.")
+	fs.StringVar(&inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads).")
+	fs.DurationVar(&timeout, "timeout", time.Minute, "How long to wait for the cluster's CSRs and Nodes to be read.")
+	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: text.")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr explain: %v\n", err); return exitCode(2) }
+		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+			return fail(err)
+		}
+		if err := checkOutput(output); err != nil {
+			return fail(err)
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		cfg, err := flags.restConfig("certready-csr/" + version)
+		if err != nil {
+			return fail(err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fail(err)
+		}
+		csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, args[0], metav1.GetOptions{})
+		if err != nil {
+			return fail(fmt.Errorf("reading CSR %s: %w", args[0], err))
+		}
+		if csr.Spec.SignerName != names.SignerName {
+			return fail(fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName))
+		}
+		o, err := approverOptions(ctx, client, approverRef)
+		if err != nil {
+			return fail(err)
+		}
+		if inventory != "" {
+			o.InventorySpec = inventory
+		}
+		o.RESTConfig = cfg
+		d, err := approver.Explain(ctx, client, o, csr)
+		if err != nil {
+			return fail(err)
+		}
+		ex := Explanation{CSR: fleet.CSRRowOf(csr), Request: requestView(csr, d.Request),
+			Decision:       DecisionView{Approve: d.Approve, Rule: string(d.Rule), Message: d.Message, Transient: d.Transient},
+			ApproverConfig: approverRef}
+		if ex.ApproverConfig == "" {
+			ex.ApproverConfig = "defaults"
+		}
+		if output != "" {
+			err = printDocument(cmd.OutOrStdout(), output, ex)
+		} else {
+			err = printExplanation(cmd.OutOrStdout(), ex, time.Now())
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if !d.Approve {
+			return exitCode(1)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// approverOptions reads the approver's configuration from its Deployment
+// (ref "<namespace>/<name>"; empty: the defaults) through the approver's own
+// flag parsing. The taint fallback's settings are left out: explaining a
+// CSR does not lift taints, and its CA file is in the approver's pod.
+func approverOptions(ctx context.Context, client kubernetes.Interface, ref string) (approver.Options, error) {
+	var args []string
+	env := map[string]string{}
+	if ref != "" {
+		ns, name, ok := strings.Cut(ref, "/")
+		if !ok || ns == "" || name == "" {
+			return approver.Options{}, fmt.Errorf("--approver=%s: want <namespace>/<name> of the approver's Deployment, or empty for its defaults", ref)
+		}
+		dep, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return approver.Options{}, fmt.Errorf("--approver=%s: reading the approver's Deployment for its flags: %w (--approver='' uses the defaults)", ref, err)
+		}
+		c, ok := approverContainer(dep.Spec.Template.Spec.Containers)
+		if !ok {
+			return approver.Options{}, fmt.Errorf("--approver=%s: no container runs 'approver' (args[0])", ref)
+		}
+		args = c.Args[1:]
+		for _, e := range c.Env {
+			if e.ValueFrom == nil && strings.HasPrefix(e.Name, EnvPrefix) {
+				env[e.Name] = e.Value
+			}
+		}
+	}
+	fs := newFlagSet("approver", "")
+	var f approverFlags
+	f.add(fs)
+	addLogFlags(fs)
+	if err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		return approver.Options{}, fmt.Errorf("the approver's flags (%s): %w", ref, err)
+	}
+	f.startupTaint, f.softTaint = "", ""
+	return f.options()
+}
+
+func approverContainer(cs []corev1.Container) (corev1.Container, bool) {
+	for _, c := range cs {
+		if len(c.Args) > 0 && c.Args[0] == "approver" {
+			return c, true
+		}
+	}
+	return corev1.Container{}, false
+}
+
+// requestView decodes csr's request: from the policy's own parse when it
+// got that far, else on its own when it is a parseable request within the
+// policy's size bound.
+func requestView(csr *certv1.CertificateSigningRequest, req *x509.CertificateRequest) *RequestView {
+	v := &RequestView{Groups: csr.Spec.Groups, ExpirationSeconds: csr.Spec.ExpirationSeconds}
+	for _, u := range csr.Spec.Usages {
+		v.Usages = append(v.Usages, string(u))
+	}
+	if req == nil {
+		if len(csr.Spec.Request) > policy.DefaultMaxRequestBytes {
+			return v
+		}
+		req = policy.ParseRequest(csr.Spec.Request)
+		if req == nil {
+			return v
+		}
+	}
+	v.Subject, v.Key = req.Subject.String(), policy.KeyType(req.PublicKey)
+	v.DNSNames, v.EmailAddresses = req.DNSNames, req.EmailAddresses
+	for _, ip := range req.IPAddresses {
+		v.IPAddresses = append(v.IPAddresses, ip.String())
+	}
+	for _, u := range req.URIs {
+		v.URIs = append(v.URIs, u.String())
+	}
+	return v
+}
+
+func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	c := ex.CSR
+	fmt.Fprintf(tw, "Name:\t%s (uid %s)\n", c.Name, c.UID)
+	fmt.Fprintf(tw, "Requester:\t%s\n", c.Requester)
+	fmt.Fprintf(tw, "Node:\t%s\n", dash(c.Node))
+	fmt.Fprintf(tw, "Created:\t%s (%s ago)\n", names.Stamp(c.Created), shortDuration(now.Sub(c.Created)))
+	fmt.Fprintf(tw, "Stage:\t%s\n", c.Stage)
+	if c.Rule != "" {
+		fmt.Fprintf(tw, "Recorded rule:\t%s\n", c.Rule)
+		fmt.Fprintf(tw, "Recorded message:\t%s\n", c.Message)
+	}
+	if r := ex.Request; r != nil {
+		fmt.Fprintln(tw, "Request:\t")
+		if r.Subject == "" {
+			fmt.Fprintln(tw, "  (not decoded)\tnot one PEM certificate request within the size bound")
+		} else {
+			fmt.Fprintf(tw, "  Subject:\t%s\n", r.Subject)
+			fmt.Fprintf(tw, "  DNS SANs:\t%s\n", dash(strings.Join(r.DNSNames, ", ")))
+			fmt.Fprintf(tw, "  IP SANs:\t%s\n", dash(strings.Join(r.IPAddresses, ", ")))
+			if len(r.EmailAddresses)+len(r.URIs) > 0 {
+				fmt.Fprintf(tw, "  Email/URI SANs:\t%s\n", strings.Join(append(append([]string{}, r.EmailAddresses...), r.URIs...), ", "))
+			}
+			fmt.Fprintf(tw, "  Key:\t%s\n", r.Key)
+		}
+		fmt.Fprintf(tw, "  Usages:\t%s\n", strings.Join(r.Usages, ", "))
+		fmt.Fprintf(tw, "  Groups:\t%s\n", strings.Join(r.Groups, ", "))
+		if r.ExpirationSeconds != nil {
+			fmt.Fprintf(tw, "  Expiration:\t%ds\n", *r.ExpirationSeconds)
+		}
+	}
+	verdict := "APPROVE"
+	if !ex.Decision.Approve {
+		verdict = "REFUSE (" + ex.Decision.Rule + ")"
+		if ex.Decision.Transient {
+			verdict += ", retried: waiting may change it"
+		}
+	}
+	fmt.Fprintf(tw, "Policy now:\t%s\n", verdict)
+	fmt.Fprintf(tw, "  Why:\t%s\n", ex.Decision.Message)
+	fmt.Fprintf(tw, "  Configured by:\t%s\n", ex.ApproverConfig)
+	if c.Stage != fleet.StagePending {
+		fmt.Fprintf(tw, "  Note:\tthe approver decides pending requests only; this is what it would decide were this one pending\n")
+	}
+	if ic := c.Certificate; ic != nil {
+		fmt.Fprintln(tw, "Certificate:\t")
+		fmt.Fprintf(tw, "  SHA-256:\t%s\n", ic.Fingerprint)
+		fmt.Fprintf(tw, "  Valid:\t%s to %s\n", names.Stamp(ic.NotBefore), names.Stamp(ic.NotAfter))
+		fmt.Fprintf(tw, "  Subject:\t%s\n", ic.Subject)
+		fmt.Fprintf(tw, "  SANs:\t%s\n", strings.Join(append(append([]string{}, ic.DNSNames...), ic.IPAddresses...), ", "))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,108 @@
+//go:build !nodeonly
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/certready/certready/reporter/fleet"
+)
+
+// explain configures the policy from the approver's Deployment: its
+// container's arguments and literal CERTREADY_ variables, through the
+// approver's own flag parsing; the taint fallback's settings (and its CA
+// file, in the approver's pod) are left out.
+func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "certready-system", Name: "certready-approver"}}
+	dep.Spec.Template.Spec.Containers = []corev1.Container{
+		{Name: "sidecar", Args: []string{"serve"}},
+		{Name: "approver", Args: []string{"approver", "--metrics-addr=[$(POD_IP)]:9731", "--max-sans=7", "-v=2",
+			"--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", "--kubelet-ca-file=/in/the/pod/ca.crt"},
+			Env: []corev1.EnvVar{
+				{Name: "CERTREADY_DENY_CIDRS", Value: "10.96.0.0/12"},
+				{Name: "CERTREADY_INVENTORY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				{Name: "OTHER", Value: "--max-sans=1"},
+			}},
+	}
+	client := fake.NewClientset(dep)
+	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Controller.Policy.MaxSANs != 7 {
+		t.Errorf("--max-sans from the args: %d, want 7", o.Controller.Policy.MaxSANs)
+	}
+	if p := o.Controller.Policy.DenyCIDRs; len(p) != 1 || p[0] != netip.MustParsePrefix("10.96.0.0/12") {
+		t.Errorf("--deny-cidrs from CERTREADY_DENY_CIDRS: %v", p)
+	}
+	if o.InventorySpec != "node" {
+		t.Errorf("inventory %q: a variable from a fieldRef is no literal and must not be read", o.InventorySpec)
+	}
+	if o.RemoveStartupTaint.Key != "" || o.Prover != nil {
+		t.Errorf("the taint fallback was configured: %+v", o.RemoveStartupTaint)
+	}
+
+	defaults, err := approverOptions(context.Background(), client, "")
+	if err != nil || defaults.Controller.Policy.MaxSANs != 100 {
+		t.Errorf("--approver='': %v, max SANs %d, want the default 100", err, defaults.Controller.Policy.MaxSANs)
+	}
+	for ref, want := range map[string]string{
+		"certready-approver":         "want <namespace>/<name>",
+		"certready-system/missing":   `"missing" not found`,
+		"certready-system/sidecar-x": "not found",
+	} {
+		if _, err := approverOptions(context.Background(), client, ref); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--approver=%s: error %v, want one with %q", ref, err, want)
+		}
+	}
+	bad := dep.DeepCopy()
+	bad.Name = "bad"
+	bad.Spec.Template.Spec.Containers[1].Args = []string{"approver", "--max-sans=many"}
+	if _, err := client.AppsV1().Deployments("certready-system").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approverOptions(context.Background(), client, "certready-system/bad"); err == nil || !strings.Contains(err.Error(), "max-sans") {
+		t.Errorf("a flag the approver would refuse: %v", err)
+	}
+}
+
+func TestPrintCSRsAndExplanation(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	notAfter := now.Add(365 * 24 * time.Hour)
+	rows := []fleet.CSRRow{
+		{Name: "csr-a", Node: "w1", Created: now.Add(-5 * time.Minute), Stage: fleet.StagePending, Rule: "IPSANNotInInventory", Message: "IPSANNotInInventory: 192.0.2.99 not recorded for w1 (left pending)"},
+		{Name: "csr-b", Node: "w1", Created: now.Add(-3 * time.Hour), Stage: fleet.StageIssued, Rule: "CertReadyValidatedNodeIdentity",
+			Certificate: &fleet.IssuedCert{Fingerprint: strings.Repeat("ab", 32), NotBefore: now.Add(-3 * time.Hour), NotAfter: notAfter, Subject: "CN=system:node:w1,O=system:nodes", IPAddresses: []string{"192.0.2.11"}}},
+	}
+	var table bytes.Buffer
+	if err := printCSRs(&table, "", rows, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "5m") || !strings.Contains(lines[1], "IPSANNotInInventory") ||
+		!strings.Contains(lines[2], "issued") || !strings.Contains(lines[2], "2027-12-02T12:00:00Z") {
+		t.Errorf("table:\n%s", table.String())
+	}
+	var text bytes.Buffer
+	ex := Explanation{CSR: rows[1], Request: &RequestView{Subject: "CN=system:node:w1,O=system:nodes", IPAddresses: []string{"192.0.2.11"}, Key: "ECDSA P-256",
+		Usages: []string{"digital signature", "server auth"}, Groups: []string{"system:nodes"}},
+		Decision: DecisionView{Approve: false, Rule: "IPSANNotInInventory", Message: "IPSANNotInInventory: 192.0.2.11 not recorded for w1"}, ApproverConfig: "certready-system/certready-approver"}
+	if err := printExplanation(&text, ex, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"REFUSE (IPSANNotInInventory)", "ECDSA P-256", "192.0.2.11", strings.Repeat("ab", 32), "decides pending requests only", "certready-system/certready-approver"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("explanation lacks %q:\n%s", want, text.String())
+		}
+	}
+}
