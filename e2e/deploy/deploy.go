@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,8 +35,9 @@ func Certready(ctx context.Context, c provider.Cluster, overlay string, logf fun
 	return WaitRollout(ctx, c, logf)
 }
 
-// WaitRollout waits until the agent DaemonSet runs on every node and the
-// approver Deployment has an available replica.
+// WaitRollout waits until the agent DaemonSet runs its current template,
+// ready, on every node and every approver replica is current and
+// available.
 func WaitRollout(ctx context.Context, c provider.Cluster, logf func(string, ...any)) error {
 	nodes := len(c.Nodes())
 	err := localcluster.Poll(ctx, 3*time.Minute, "the certready agent on every node and an approver", func() (bool, error) {
@@ -47,13 +49,41 @@ func WaitRollout(ctx context.Context, c provider.Cluster, logf func(string, ...a
 		if err != nil {
 			return false, nil
 		}
-		return int(ds.Status.NumberReady) == nodes && dep.Status.AvailableReplicas >= 1, nil
+		return DaemonSetRolledOut(ds, nodes) && DeploymentRolledOut(dep), nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, podSummary(ctx, c))
 	}
 	logf("certready agents ready on %d nodes, approver available", nodes)
 	return nil
+}
+
+// DaemonSetRolledOut says whether ds runs its current template, available,
+// on nodes nodes, as `kubectl rollout status` judges it (every desired pod
+// updated and available; ready and unavailable counts follow from that).
+// Ready pods alone are not enough: right after a template change the old
+// pods are all still ready, and the controller replaces them one by one
+// after that (CI once scraped an agent as its pod was being replaced).
+func DaemonSetRolledOut(ds *appsv1.DaemonSet, nodes int) bool {
+	st := ds.Status
+	return st.ObservedGeneration >= ds.Generation &&
+		int(st.DesiredNumberScheduled) == nodes &&
+		st.UpdatedNumberScheduled == st.DesiredNumberScheduled &&
+		st.NumberAvailable == st.DesiredNumberScheduled
+}
+
+// DeploymentRolledOut says whether every replica of dep runs its current
+// template and is available, and no pod of an older one is left. A
+// Deployment scaled to zero does not count: the callers wait for a
+// running approver.
+func DeploymentRolledOut(dep *appsv1.Deployment) bool {
+	st := dep.Status
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	return st.ObservedGeneration >= dep.Generation && want >= 1 &&
+		st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want
 }
 
 func podSummary(ctx context.Context, c provider.Cluster) string {

@@ -258,7 +258,7 @@ var everyValue = map[string]any{
 		"maxUnavailable": 3, "resources": map[string]any{"limits": map[string]any{"memory": "200Mi"}},
 		"kubeletPKIDir": "/srv/kubelet/pki", "kubeletPreferredAddressTypes": []any{"InternalIP", "ExternalIP"}, "extraArgs": []any{"--heartbeat=2m"},
 		"podLabels": map[string]any{"team": "platform"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
-		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+		"expiryWindows": map[string]any{"warning": "336h", "critical": "48h", "caWarning": "2160h"}, "extraEnv": []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
 		"extraVolumes":      []any{map[string]any{"name": "extra-ca", "configMap": map[string]any{"name": "extra-ca"}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": true}},
 		"serviceAccount":    map[string]any{"create": true, "name": "", "annotations": map[string]any{"example.com/owner": "platform"}},
@@ -394,6 +394,10 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"conditionType on the agent's ServiceAccount", saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-certready-agent", "certready.io/condition-type") == "ServingCertNotProven"},
 		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
+		{"agent.expiryWindows as the agent's flags", slices.Contains(a.Containers[0].Args, "--expiry-warning=336h") &&
+			slices.Contains(a.Containers[0].Args, "--expiry-critical=48h") && slices.Contains(a.Containers[0].Args, "--ca-expiry-warning=2160h")},
+		{"the agent's optional settings ConfigMap follows the name", len(a.Containers[0].EnvFrom) == 1 &&
+			a.Containers[0].EnvFrom[0].ConfigMapRef.Name == "acme-certready-agent-settings"},
 		{"extraEnv in both containers", slices.ContainsFunc(a.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) &&
 			slices.ContainsFunc(p.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" })},
 		{"extraVolumes and extraVolumeMounts in both pods", slices.ContainsFunc(a.Volumes, func(v corev1.Volume) bool { return v.Name == "extra-ca" }) &&

@@ -405,3 +405,34 @@ func TestListenAddressesWorkOnEveryIPFamily(t *testing.T) {
 		t.Errorf("checked %d address arguments (2 families), want the agent's and approver's metrics and health addresses", checked)
 	}
 }
+
+// An overlay sets agent flags without patching the arguments: a
+// configMapGenerator named certready-agent-settings with CERTREADY_<FLAG>
+// literals (README: Expiry windows). kustomize points the DaemonSet's
+// envFrom at the generated, hashed name, so a change rolls the agents.
+func TestAgentSettingsFromAnOverlaysConfigMap(t *testing.T) {
+	objs := kustomizeMaps(t, "resources:\n- ../standalone\nconfigMapGenerator:\n- name: certready-agent-settings\n  namespace: certready-system\n  literals:\n  - CERTREADY_EXPIRY_WARNING=336h\n", nil)
+	decoded := decodeStrict(t, objs)
+	ds := find[*appsv1.DaemonSet](decoded)[0]
+	var cm *corev1.ConfigMap
+	for _, c := range find[*corev1.ConfigMap](decoded) {
+		if strings.HasPrefix(c.Name, "certready-agent-settings-") {
+			cm = c
+		}
+	}
+	if cm == nil {
+		t.Fatal("no generated certready-agent-settings ConfigMap")
+	}
+	from := ds.Spec.Template.Spec.Containers[0].EnvFrom
+	if len(from) != 1 || from[0].ConfigMapRef == nil || from[0].ConfigMapRef.Name != cm.Name || cm.Namespace != ds.Namespace {
+		t.Errorf("the agent's envFrom %+v does not name the generated ConfigMap %s/%s", from, cm.Namespace, cm.Name)
+	}
+	if cm.Data["CERTREADY_EXPIRY_WARNING"] != "336h" {
+		t.Errorf("ConfigMap data %v", cm.Data)
+	}
+	// Without one, the reference is optional: the agent starts with its defaults.
+	base := find[*appsv1.DaemonSet](decodeAll(t, build(t, "base")))[0].Spec.Template.Spec.Containers[0].EnvFrom
+	if len(base) != 1 || base[0].ConfigMapRef == nil || base[0].ConfigMapRef.Optional == nil || !*base[0].ConfigMapRef.Optional {
+		t.Errorf("base envFrom %+v: want one optional ConfigMap reference", base)
+	}
+}

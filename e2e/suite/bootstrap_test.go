@@ -248,13 +248,30 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 		t.Fatalf("certready verify does not list %s:\n%s", n.Name, out)
 		return fleet.Verification{}, code
 	}
-	if v, code := verify(); code != 1 || v.Passed || !strings.Contains(v.Reason, "did not change") {
-		t.Fatalf("verify before the renewal: exit %d, %s %+v, want exit 1 and the certificate unchanged", code, n.Name, v)
+	v0, code := verify()
+	if code != 1 || v0.Passed || !strings.Contains(v0.Reason, "did not change") || v0.Before == nil {
+		t.Fatalf("verify before the renewal: exit %d, %s %+v, want exit 1 and the certificate unchanged", code, n.Name, v0)
 	}
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
 	c := certCondition(waitCondition(t, ctx, n.Name, 5*time.Minute, "CertificateExpired", hasReason("CertificateExpired", corev1.ConditionTrue)))
 	t.Logf("expired: %s", c.Message)
+	// Before it expired, the agent saw the renewal stuck (the kubelet's
+	// request pending past its latest rotation point) and said so on the
+	// Node, while the node stayed ready.
+	var stuck string
+	err = localcluster.Poll(ctx, time.Minute, "a RenewalStuck event on "+n.Name, func() (bool, error) {
+		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + n.Name + ",reason=RenewalStuck"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		stuck = evs.Items[0].Message
+		return true, nil
+	})
+	if err != nil || !strings.Contains(stuck, "RenewalPending") || !strings.Contains(stuck, v0.Before.Fingerprint) {
+		t.Fatalf("%v: event %q, want the pending renewal of %s", err, stuck, v0.Before.Fingerprint)
+	}
+	t.Logf("event RenewalStuck: %s", stuck)
 	scaleApprover(t, ctx, 2)
 	waitCondition(t, ctx, n.Name, 3*time.Minute, "ready again after renewal", func(n *corev1.Node) bool {
 		c := certCondition(n)
@@ -265,6 +282,9 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	v, code := verify()
 	if code != 1 || !v.Passed || v.Before == nil || v.After == nil || v.Before.Fingerprint == v.After.Fingerprint || v.After.NotAfter <= v.Before.NotAfter {
 		t.Fatalf("verify after the renewal: exit %d, %s %+v (before %+v, after %+v), want it passed", code, n.Name, v, v.Before, v.After)
+	}
+	if v.Before.CA == "" || v.Before.CA != v.After.CA {
+		t.Errorf("verify: CA before %q, after %q: want the same, stated by the agent", v.Before.CA, v.After.CA)
 	}
 	t.Logf("certready verify: %s renewed, sha256 %s (notAfter %s) -> %s (notAfter %s)", n.Name, v.Before.Fingerprint, v.Before.NotAfter, v.After.Fingerprint, v.After.NotAfter)
 	// The agent's own record of it: a CertificateRotated Node event with
@@ -282,4 +302,27 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 		t.Fatalf("%v: event %q, want both full fingerprints", err, rotated)
 	}
 	t.Logf("event CertificateRotated: %s", rotated)
+	// And the decision ledger's record, on the agent's standard output.
+	agent := podOn(t, ctx, deploy.Namespace, "app.kubernetes.io/component=agent", n.Name)
+	var record map[string]any
+	err = localcluster.Poll(ctx, time.Minute, "a certificate-rotated ledger record from "+agent, func() (bool, error) {
+		logs, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).GetLogs(agent, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(logs), "\n") {
+			var r map[string]any
+			if json.Unmarshal([]byte(line), &r) == nil && r["action"] == "certificate-rotated" && r["certificate_sha256"] == v.After.Fingerprint {
+				record = r
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster, _ := record["cluster"].(string); record["previous_certificate_sha256"] != v.Before.Fingerprint || record["node"] != n.Name || record["schema"] != "certready.io/ledger/v1" || cluster == "" {
+		t.Errorf("ledger rotation record %v: want %s's rotation from %s, naming the cluster", record, n.Name, v.Before.Fingerprint)
+	}
 }

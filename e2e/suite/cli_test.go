@@ -20,6 +20,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
 )
 
 // runCertready runs the certready binary built for this host (the
@@ -130,6 +131,7 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 		Tainted   bool       `json:"tainted"`
 		Completed []string   `json:"bootstrapCompletedBy"`
 		Problem   string     `json:"problem"`
+		Client    *time.Time `json:"clientCertNotAfter"`
 	}
 	status := func(args ...string) ([]row, int, string) {
 		out, code := runCertready(t, ctx, append([]string{"status", "--kubeconfig=" + kubeconfig, "-o", "json"}, args...)...)
@@ -153,10 +155,20 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 			t.Errorf("node %s: %+v", r.Node, r)
 		}
 	}
+	_, local := cluster.(provider.Local)
 	for _, w := range cluster.Workers() {
 		for _, r := range rows {
 			if r.Node == w.Name && (r.CSR == "" || len(r.Completed) == 0) {
 				t.Errorf("worker %s: no issuing CSR or no bootstrap completion mark: %+v", w.Name, r)
+			}
+			// kind's kubelets bootstrap their client certificate through a
+			// CSR and rotate it (kubelet-client-current.pem); the local
+			// cluster's use a static one, which has no such file.
+			if r.Node == w.Name && !local && (r.Client == nil || r.Client.Before(time.Now())) {
+				t.Errorf("worker %s: kubelet client certificate expiry %v, want one stated and in the future", w.Name, r.Client)
+			}
+			if r.Node == w.Name && r.Client != nil {
+				t.Logf("worker %s: kubelet client certificate valid until %s", w.Name, r.Client.UTC().Format(time.RFC3339))
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -53,8 +54,7 @@ func approverWith(t *testing.T, ctx context.Context, args ...string) {
 	patchApprover(t, ctx, args...)
 	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("the approver restarted with %v", args), func() (bool, error) {
 		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-		return err == nil && dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 2 &&
-			dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
+		return err == nil && deploy.DeploymentRolledOut(dep) && dep.Status.Replicas == 2, nil
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
@@ -163,15 +163,14 @@ func podsAndEvents(ctx context.Context) string {
 
 func scaleApprover(t *testing.T, ctx context.Context, replicas int32) {
 	t.Helper()
-	s, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).GetScale(ctx, "certready-approver", metav1.GetOptions{})
-	if err != nil {
+	// A merge patch of the scale subresource carries no resourceVersion: the
+	// deployment controller writing the status in between cannot make it
+	// conflict, as a Get then Update of the scale did in CI.
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	if _, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Patch(ctx, "certready-approver", types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
 		t.Fatal(err)
 	}
-	s.Spec.Replicas = replicas
-	if _, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).UpdateScale(ctx, "certready-approver", s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("approver at %d ready replicas", replicas), func() (bool, error) {
+	err := localcluster.Poll(ctx, 2*time.Minute, fmt.Sprintf("approver at %d ready replicas", replicas), func() (bool, error) {
 		d, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
 		if err != nil {
 			return false, nil

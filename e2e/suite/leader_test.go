@@ -160,10 +160,10 @@ func TestApproverPlacementPrefersProvenNodes(t *testing.T) {
 		kubectl("-n", deploy.Namespace, "rollout", "restart", "deployment/certready-approver")
 		err = localcluster.Poll(ctx, 3*time.Minute, what, func() (bool, error) {
 			d, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-			if err != nil || d.Generation == before.Generation || d.Status.ObservedGeneration < d.Generation {
+			if err != nil || d.Generation == before.Generation {
 				return false, nil
 			}
-			return d.Status.UpdatedReplicas == 2 && d.Status.ReadyReplicas == 2 && d.Status.Replicas == 2 && len(approverNodes()) == 2, nil
+			return deploy.DeploymentRolledOut(d) && d.Status.Replicas == 2 && len(approverNodes()) == 2, nil
 		})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, podsAndEvents(ctx))

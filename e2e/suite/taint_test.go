@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
@@ -95,7 +96,7 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 			return false, nil
 		}
 		dep, err := cluster.Clientset().AppsV1().Deployments(deploy.Namespace).Get(ctx, "certready-approver", metav1.GetOptions{})
-		return err == nil && dep.Status.UpdatedReplicas == 2 && dep.Status.AvailableReplicas == 2 && dep.Status.Replicas == 2, nil
+		return err == nil && deploy.DeploymentRolledOut(dep) && dep.Status.Replicas == 2, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +112,14 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Someone (an operator, or the kubelet registering again) re-adds the taint.
-	n := node(t, ctx, w)
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: localcluster.StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
-	if _, err := cluster.Clientset().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// The kubelet's heartbeats change the Node's resourceVersion: retry the
+	// update on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := node(t, ctx, w)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: localcluster.StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
+		_, err := cluster.Clientset().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// The fallback reacts within milliseconds when it acts (see the

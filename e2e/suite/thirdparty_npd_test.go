@@ -192,7 +192,7 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 	nodes := len(cluster.Nodes())
 	err := localcluster.Poll(ctx, 3*time.Minute, "node-problem-detector ready on every node", func() (bool, error) {
 		ds, err := cluster.Clientset().AppsV1().DaemonSets("kube-system").Get(ctx, "node-problem-detector", metav1.GetOptions{})
-		return err == nil && int(ds.Status.NumberReady) == nodes, nil
+		return err == nil && deploy.DaemonSetRolledOut(ds, nodes), nil
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))

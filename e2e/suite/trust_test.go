@@ -123,13 +123,60 @@ func apiserverNames(t *testing.T, ctx context.Context) []string {
 	return out
 }
 
+// explained is 'certready csr explain -o json' as the runbook reads it.
+type explained struct {
+	CSR struct {
+		Stage, Rule string
+	}
+	Request  struct{ Key string }
+	Decision struct {
+		Approve bool
+		Rule    string
+	}
+}
+
+func explainCSR(t *testing.T, ctx context.Context, kubeconfig, name string) (explained, int) {
+	t.Helper()
+	out, code := runCertready(t, ctx, "csr", "explain", name, "--kubeconfig="+kubeconfig, "-o", "json")
+	var ex explained
+	if err := json.Unmarshal([]byte(out), &ex); err != nil {
+		t.Fatalf("certready csr explain %s (exit %d): %v\n%s", name, code, err, out)
+	}
+	return ex, code
+}
+
 // Hostile requests of the trust-boundary review (#22), each filed under the
 // node identity it claims, by a Node whose status reports what it asks
-// for: every one stays pending with its rule named.
+// for: every one stays pending with its rule named, on an Event and on the
+// CSR itself, and 'certready csr explain' (the approver's policy, run
+// read-only with the approver Deployment's flags) gives the same answer.
 func TestHostileRequestsOfEveryClassStayPending(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	deployed(t)
 	victim := cluster.Workers()[0]
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	// First the answer for a request the approver approved: a worker's
+	// issued CSR (before the hostile nodes below claim its name).
+	list, _ := runCertready(t, ctx, "csr", "--kubeconfig="+kubeconfig, "--node="+victim.Name, "-o", "json")
+	var rows struct {
+		CSRs []struct{ Name, Stage, Rule string }
+	}
+	if err := json.Unmarshal([]byte(list), &rows); err != nil {
+		t.Fatalf("certready csr -o json: %v\n%s", err, list)
+	}
+	issued := ""
+	for _, r := range rows.CSRs {
+		if r.Stage == "issued" && r.Rule == "CertReadyValidatedNodeIdentity" {
+			issued = r.Name
+			break
+		}
+	}
+	if issued == "" {
+		t.Fatalf("certready csr lists no CSR of %s issued on certready's approval: %s", victim.Name, list)
+	}
+	if ex, code := explainCSR(t, ctx, kubeconfig, issued); code != 0 || !ex.Decision.Approve || ex.Request.Key != "ECDSA P-256" {
+		t.Errorf("csr explain %s (approved by the approver): exit %d, %+v; want it approved again, key ECDSA P-256", issued, code, ex)
+	}
 	learned := apiserverNames(t, ctx)
 	if len(learned) == 0 {
 		t.Fatal("the API server presents no name beyond kubernetes* and localhost; the suite's clusters add api.certready.test")
@@ -183,6 +230,23 @@ func TestHostileRequestsOfEveryClassStayPending(t *testing.T) {
 		}
 		if csrCondition(got, certv1.CertificateApproved) != nil {
 			t.Errorf("%s's CSR was approved", tc.node)
+		}
+		// The refusal outlives its Event on the CSR (but on a request too
+		// large to be worth another write of it); explain agrees.
+		kept := tc.rule
+		if tc.rule == "RequestTooLarge" {
+			kept = ""
+		} else if err := localcluster.Poll(ctx, 30*time.Second, "the refusal kept on CSR "+name, func() (bool, error) {
+			got, err = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			return err == nil && got.Annotations[names.DecisionRuleAnnotation] != "", nil
+		}); err != nil {
+			t.Errorf("%s: %v (annotations %v)", tc.node, err, got.Annotations)
+		} else if rule := got.Annotations[names.DecisionRuleAnnotation]; rule != tc.rule {
+			t.Errorf("%s: CSR %s keeps rule %s, want %s", tc.node, name, rule, tc.rule)
+		}
+		ex, code := explainCSR(t, ctx, kubeconfig, name)
+		if code != 1 || ex.Decision.Approve || ex.Decision.Rule != tc.rule || ex.CSR.Stage != "pending" || ex.CSR.Rule != kept {
+			t.Errorf("%s: csr explain %s: exit %d, %+v; want exit 1, refused by %s as the approver did (recorded on the CSR: %q)", tc.node, name, code, ex, tc.rule, kept)
 		}
 		t.Logf("%s: left pending: %s", tc.node, msg)
 	}
