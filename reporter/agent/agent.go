@@ -605,7 +605,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 // settle returns how long to wait before publishing v, or 0 to publish now.
 func (a *Agent) settle(v verdict.Verdict, now time.Time) time.Duration {
 	last := a.writer.Last()
-	if !v.Reason.Transient() || (last != nil && last.Reason == string(v.Reason)) {
+	if !v.Transient() || (last != nil && last.Reason == string(v.Reason)) {
 		a.pending = pendingState{}
 		return 0
 	}

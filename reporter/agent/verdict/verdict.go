@@ -133,7 +133,19 @@ type Verdict struct {
 	Proof string
 	// CA is the root CA the certificate chains to (ready verdicts).
 	CA *x509.Certificate
+
+	// fileMissing: no certificate file was installed, whatever the
+	// reason names (the newest CSR's state, when known).
+	fileMissing bool
 }
+
+// Transient reports whether v can be a passing state of a healthy kubelet
+// rotation, to be published only once it has persisted for a settle
+// period: its reason is (Reason.Transient), or the certificate file is
+// missing whatever the node's newest CSR says. The kubelet swaps the file
+// as soon as its new CSR is issued, so an agent whose CSR cache has not
+// yet seen the issue meets the gap with that request still pending.
+func (v Verdict) Transient() bool { return v.Reason.Transient() || v.fileMissing }
 
 // Ready reports whether this verdict says the certificate is ready.
 func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
@@ -142,6 +154,7 @@ func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
 func Evaluate(in Input) Verdict {
 	e := evaluation{in: in}
 	if v, failed := e.file(); failed {
+		v.fileMissing = in.File.State == certfile.Missing
 		return v
 	}
 	if v, failed := e.certificate(); failed {

@@ -411,6 +411,53 @@ func TestStalledIsUnknownAndSaysSince(t *testing.T) {
 	}
 }
 
+// A verdict waits out the settle period when a healthy rotation can pass
+// through it: a missing file whatever CSR the cache holds, a half-written
+// pair, the kubelet still serving the previous certificate. Other failures
+// are published at once.
+func TestTransient(t *testing.T) {
+	f := newFixture(t)
+	missing := certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
+	for _, tc := range []struct {
+		name   string
+		change func(*verdict.Input)
+		want   verdict.Reason
+		wantT  bool
+	}{
+		{"ready", func(*verdict.Input) {}, verdict.Ready, false},
+		{"file missing, no CSR evidence", func(in *verdict.Input) { in.File, in.CSR = missing, nil }, verdict.CertificateMissing, true},
+		{"file missing, the new CSR still pending in the cache", func(in *verdict.Input) {
+			in.File = missing
+			in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-2", Created: now}
+		}, verdict.CSRPending, true},
+		{"file missing, the new CSR denied", func(in *verdict.Input) {
+			in.File = missing
+			in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-2", Created: now}
+		}, verdict.CSRDenied, true},
+		{"file present, CSR pending", func(in *verdict.Input) {
+			in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-2", Created: now}
+		}, verdict.CSRPending, false},
+		{"file malformed", func(in *verdict.Input) {
+			in.File = certfile.Observation{State: certfile.Malformed, Detail: "no PEM block"}
+		}, verdict.CertificateMalformed, true},
+		{"file unreadable", func(in *verdict.Input) {
+			in.File = certfile.Observation{State: certfile.Unreadable, Detail: "permission denied"}
+		}, verdict.CertificateUnreadable, false},
+		{"stale certificate served", func(in *verdict.Input) {
+			in.Endpoint = presented(f.issue(t, f.ca, testpki.Serving{}))
+		}, verdict.EndpointCertificateMismatch, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := f.ready()
+			tc.change(&in)
+			v := verdict.Evaluate(in)
+			if v.Reason != tc.want || v.Transient() != tc.wantT {
+				t.Errorf("verdict %s (transient %v), want %s (transient %v): %s", v.Reason, v.Transient(), tc.want, tc.wantT, v.Message)
+			}
+		})
+	}
+}
+
 // The installed certificate travels through a real TLS handshake into the
 // verdict: the probe and the verdict agree on identity.
 func TestEvaluateWithARealProbe(t *testing.T) {
