@@ -14,6 +14,7 @@ import (
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent/certfile"
+	"k8s.io/client-go/util/certificate"
 )
 
 func issue(t *testing.T) (*testpki.CA, *testpki.Pair) {
@@ -223,6 +224,36 @@ func TestWatchSeesTheRotationSequence(t *testing.T) {
 			t.Fatal("no notification showed the rotated certificate")
 		}
 	}
+}
+
+// The kubelet's client certificate rotates by the same file store: its
+// expiry is a fact of the next check, so its files notify too; other files
+// in the folder do not.
+func TestWatchSeesTheClientCertificate(t *testing.T) {
+	_, client := issue(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan struct{}, 100)
+	go func() { _ = certfile.Watch(ctx, dir, 50*time.Millisecond, func() { events <- struct{}{} }) }()
+	waitEvent(t, events)
+
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), client.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-events:
+		t.Fatal("notified for a file that is not the kubelet's")
+	case <-time.After(100 * time.Millisecond):
+	}
+	store, err := certificate.NewFileStore("kubelet-client", dir, dir, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(client.CertPEM(), client.KeyPEM()); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events)
 }
 
 func TestWatchWaitsForTheFolder(t *testing.T) {

@@ -11,7 +11,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Watch calls notify whenever a kubelet serving file in dir is created,
+// Watch calls notify whenever a kubelet serving file in dir, or one of its
+// client certificate files (whose expiry the agent reports), is created,
 // written, removed or renamed, until ctx ends. It watches the directory, not
 // the symlink, because the kubelet replaces the symlink by rename. A missing
 // directory (the kubelet has not started yet) is retried every retry; notify
@@ -54,7 +55,7 @@ func watchOnce(ctx context.Context, dir string, notify func()) error {
 			if ev.Name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 				return errors.New("the folder was removed")
 			}
-			if isServingFile(ev.Name) {
+			if isKubeletCertFile(ev.Name) {
 				notify()
 			}
 		case err, ok := <-w.Errors:
@@ -66,7 +67,7 @@ func watchOnce(ctx context.Context, dir string, notify func()) error {
 	}
 }
 
-func isServingFile(name string) bool {
+func isKubeletCertFile(name string) bool {
 	base := filepath.Base(name)
-	return strings.HasPrefix(base, "kubelet-server-")
+	return strings.HasPrefix(base, "kubelet-server-") || strings.HasPrefix(base, "kubelet-client-")
 }
