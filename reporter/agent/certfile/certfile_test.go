@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/certificate"
+
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent/certfile"
-	"k8s.io/client-go/util/certificate"
 )
 
 func issue(t *testing.T) (*testpki.CA, *testpki.Pair) {
