@@ -265,7 +265,10 @@ func approverOptions(ctx context.Context, client kubernetes.Interface, ref strin
 	fs := newFlagSet("approver", "")
 	var f approverFlags
 	f.add(fs)
-	addLogFlags(fs)
+	// The approver's log flags are accepted and dropped: through klog they
+	// would set this process's own verbosity (the CLI's -v).
+	fs.StringP("v", "v", "", "")
+	fs.String("vmodule", "", "")
 	if err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		return approver.Options{}, fmt.Errorf("the approver's flags (%s): %w", ref, err)
 	}

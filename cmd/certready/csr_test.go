@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/reporter/fleet"
 )
@@ -26,7 +27,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "certready-system", Name: "certready-approver"}}
 	dep.Spec.Template.Spec.Containers = []corev1.Container{
 		{Name: "sidecar", Args: []string{"serve"}},
-		{Name: "approver", Args: []string{"approver", "--metrics-addr=[$(POD_IP)]:9731", "--max-sans=7", "-v=2",
+		{Name: "approver", Args: []string{"approver", "--metrics-addr=[$(POD_IP)]:9731", "--max-sans=7", "-v=9", "--vmodule=policy=9",
 			"--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", "--kubelet-ca-file=/in/the/pod/ca.crt"},
 			Env: []corev1.EnvVar{
 				{Name: "CERTREADY_DENY_CIDRS", Value: "10.96.0.0/12"},
@@ -38,6 +39,9 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if klog.V(9).Enabled() {
+		t.Error("the approver's -v=9 became this process's klog verbosity")
 	}
 	if o.Controller.Policy.MaxSANs != 7 {
 		t.Errorf("--max-sans from the args: %d, want 7", o.Controller.Policy.MaxSANs)
