@@ -43,6 +43,7 @@ const (
 	DecidedElsewhere Action = "decided-elsewhere"
 	VerdictChanged   Action = "verdict-changed"
 	Rotated          Action = "certificate-rotated"
+	RenewalStuck     Action = "renewal-stuck"
 )
 
 // Record is one ledger line. Fields a record does not know are left out.

@@ -231,6 +231,13 @@ func TestTheDocumentedSchemaIsTheRecord(t *testing.T) {
 	if !strings.Contains(string(doc), Schema) {
 		t.Errorf("docs/ledger.md does not name the schema %s", Schema)
 	}
+	_, actionsSection, _ := bytes.Cut(doc, []byte("\n## Actions\n"))
+	actionsSection, _, _ = bytes.Cut(actionsSection, []byte("\n## "))
+	for _, a := range []Action{Approved, LeftPending, Denied, Superseded, Deferred, DecidedElsewhere, VerdictChanged, Rotated, RenewalStuck} {
+		if !bytes.Contains(actionsSection, []byte("| `"+a+"` |")) {
+			t.Errorf("docs/ledger.md's Actions do not document %q", a)
+		}
+	}
 }
 
 func decodeLines(t *testing.T, b []byte) []map[string]any {

@@ -474,9 +474,10 @@ func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.In
 // is stuck (package renewal): certready_renewal_stuck at once, and, once
 // the same cause has held for the settle period (a healthy renewal passes
 // through pending and issued-not-installed in moments), a Warning event
-// RenewalStuck on the Node and a log line, once per cause. The condition
-// is left as it is: the certificate still works. It returns how long until
-// the cause is due to be reported (0: nothing to wait for).
+// RenewalStuck on the Node, a ledger record and a log line, once per
+// cause. The condition is left as it is: the certificate still works. It
+// returns how long until the cause is due to be reported (0: nothing to
+// wait for).
 func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) time.Duration {
 	leaf := in.File.Leaf
 	if leaf == nil {
@@ -512,6 +513,12 @@ func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in verdict.I
 	a.stuck.reported = true
 	msg := st.Message(in.File.Fingerprint.String(), leaf.NotAfter)
 	klog.FromContext(ctx).Info("Serving certificate renewal is stuck", "reason", st.Reason, "csr", st.CSR, "due", st.Due, "notAfter", leaf.NotAfter)
+	// No key of its own: the cause (reason, request, certificate) names the
+	// event, so an agent restarted into the same stuck renewal records it
+	// again under the same event_id.
+	notAfter := leaf.NotAfter
+	a.cfg.Ledger.Record(ledger.Record{Action: ledger.RenewalStuck, Node: a.cfg.NodeName, Rule: string(st.Reason), Message: msg,
+		CSR: st.CSR, CertificateSHA256: in.File.Fingerprint.String(), NotAfter: &notAfter})
 	if a.recorder != nil {
 		a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
 			corev1.EventTypeWarning, "RenewalStuck", "%s: %s", st.Reason, msg)

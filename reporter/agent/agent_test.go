@@ -905,7 +905,21 @@ func TestStuckRenewalWarnsButKeepsTheNodeReady(t *testing.T) {
 	now := time.Now()
 	h := newHarness(t, labelledCSR("csr-old", now.Add(-10*time.Hour)), labelledCSR("csr-new", now.Add(-30*time.Minute)))
 	old := h.overdue("csr-old", now)
-	h.run(agent.Config{})
+	ledgerFile := filepath.Join(t.TempDir(), "ledger.jsonl")
+	l, err := ledger.New(ledger.Config{Sinks: []string{"file:" + ledgerFile}, Component: "agent", Actor: "w1", Version: "test"}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run(agent.Config{Ledger: l})
+	stuckRecords := func() []map[string]any {
+		var out []map[string]any
+		for _, r := range ledgerRecords(t, ledgerFile) {
+			if r["action"] == string(ledger.RenewalStuck) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
 
 	stuck := func(reason string) func() bool {
 		return func() bool {
@@ -933,6 +947,13 @@ func TestStuckRenewalWarnsButKeepsTheNodeReady(t *testing.T) {
 	h.poll("a RenewalStuck event", func() bool { return len(warnings()) == 1 })
 	if w := warnings()[0]; !strings.Contains(w, "RenewalPending") || !strings.Contains(w, "csr-new") || !strings.Contains(w, fingerprint.Of(old.Cert).String()) {
 		t.Errorf("event %q: want the reason, the pending CSR and the full fingerprint", w)
+	}
+
+	// The ledger keeps what the Event loses after an hour.
+	h.poll("a renewal-stuck ledger record", func() bool { return len(stuckRecords()) == 1 })
+	if r := stuckRecords()[0]; r["rule"] != "RenewalPending" || r["csr"] != "csr-new" || r["node"] != "w1" ||
+		r["certificate_sha256"] != fingerprint.Of(old.Cert).String() || r["not_after"] != old.Cert.NotAfter.UTC().Format(time.RFC3339) {
+		t.Errorf("renewal-stuck record %v: want rule RenewalPending, csr csr-new, node w1, the installed certificate's fingerprint and NotAfter", r)
 	}
 
 	// Denied: another cause, another event; the node stays ready.
@@ -970,6 +991,10 @@ func TestStuckRenewalWarnsButKeepsTheNodeReady(t *testing.T) {
 	})
 	if n := len(warnings()); n != 2 {
 		t.Errorf("%d RenewalStuck events, want 2", n)
+	}
+	recs := stuckRecords()
+	if len(recs) != 2 || recs[1]["rule"] != "RenewalDenied" || recs[0]["event_id"] == recs[1]["event_id"] {
+		t.Errorf("renewal-stuck records %v: want RenewalPending then RenewalDenied, with distinct event_ids", recs)
 	}
 }
 
