@@ -534,7 +534,10 @@ func (a *Agent) recordVerdict(at time.Time, v verdict.Verdict, in verdict.Input)
 		return
 	}
 	r := ledger.Record{Action: ledger.VerdictChanged, Node: a.cfg.NodeName, Status: string(v.Status), Rule: string(v.Reason),
-		Message: v.Message, CSR: in.CSR.Match.Name, Key: at.UTC().Format(time.RFC3339Nano)}
+		Message: v.Message, Key: at.UTC().Format(time.RFC3339Nano)}
+	if in.CSR != nil { // none for the watchdog's Unknown: no check completed
+		r.CSR = in.CSR.Match.Name
+	}
 	if in.File.State == certfile.Present && in.File.Leaf != nil {
 		na := in.File.Leaf.NotAfter
 		r.CertificateSHA256, r.NotAfter = in.File.Fingerprint.String(), &na

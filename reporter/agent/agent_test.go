@@ -516,8 +516,13 @@ func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 	release := make(chan struct{})
 	stalling := &stallingCSRLists{Clientset: h.cs, release: release}
 	h.client = stalling
+	ledgerFile := filepath.Join(t.TempDir(), "ledger.jsonl")
+	l, err := ledger.New(ledger.Config{Sinks: []string{"file:" + ledgerFile}, Component: "agent", Actor: "w1", Version: "test"}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.run(agent.Config{Resync: 50 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, StaleAfter: 2 * time.Second,
-		FallbackMinBackoff: 10 * time.Millisecond, FallbackMaxBackoff: 10 * time.Millisecond})
+		FallbackMinBackoff: 10 * time.Millisecond, FallbackMaxBackoff: 10 * time.Millisecond, Ledger: l})
 	// Cleanups run last first: the list is released before the agent is
 	// stopped, whatever failed.
 	unblock := sync.OnceFunc(func() { stalling.blocked.Store(false); close(release) })
@@ -552,6 +557,16 @@ func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 	if v := value(t, h.reg, "certready_check_stalled", nil); v != 1 {
 		t.Errorf("certready_check_stalled = %v while stalled, want 1", v)
 	}
+	// The watchdog's Unknown is a verdict change like any other: in the
+	// ledger, with no CSR (no check completed).
+	h.poll("the stalled verdict in the ledger", func() bool {
+		for _, r := range ledgerRecords(t, ledgerFile) {
+			if r["action"] == string(ledger.VerdictChanged) && r["status"] == "Unknown" && r["rule"] == string(verdict.CheckStalled) {
+				return r["csr"] == nil
+			}
+		}
+		return false
+	})
 	// Meanwhile the certificate goes away. The stuck check read the file
 	// before it stalled and would say ready: it must not be published.
 	h.mu.Lock()
