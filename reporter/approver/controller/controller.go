@@ -652,28 +652,20 @@ func (c *Controller) maxPending() int {
 	return c.cfg.Inventory.Size() + 100
 }
 
-// backlog counts the kubelet-serving CSRs that wait, and the oldest one's
-// age: pending ones, and approved ones the signer has not signed yet (for
-// the node, both are a certificate it does not have).
-func (c *Controller) backlog(now time.Time) (int, time.Duration) {
-	n, oldest := 0, time.Duration(0)
+// survey counts the kubelet-serving CSRs in the cache by state, and the
+// age of the oldest one that waits for a certificate: pending, or approved
+// and not yet signed (for the node, both are a certificate it does not
+// have). One pass over the cache.
+func (c *Controller) survey(now time.Time) (counts map[csrstate.State]int, oldestWaiting time.Duration) {
+	counts = map[csrstate.State]int{}
 	for _, csr := range c.kubeletServing() {
-		if s := csrstate.Of(csr); s != csrstate.Pending && s != csrstate.Approved {
-			continue
+		s := csrstate.Of(csr)
+		counts[s]++
+		if s == csrstate.Pending || s == csrstate.Approved {
+			oldestWaiting = max(oldestWaiting, now.Sub(csr.CreationTimestamp.Time))
 		}
-		n++
-		oldest = max(oldest, now.Sub(csr.CreationTimestamp.Time))
 	}
-	return n, oldest
-}
-
-// stages counts the kubelet-serving CSRs in the cache by state.
-func (c *Controller) stages() map[csrstate.State]int {
-	out := map[csrstate.State]int{}
-	for _, csr := range c.kubeletServing() {
-		out[csrstate.Of(csr)]++
-	}
-	return out
+	return counts, oldestWaiting
 }
 
 func (c *Controller) kubeletServing() []*certv1.CertificateSigningRequest {

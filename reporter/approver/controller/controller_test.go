@@ -817,13 +817,16 @@ func TestARefusalIsNeverKeptOnAReplacedCSR(t *testing.T) {
 // the signer has not signed included; every stage has its own count.
 func TestStageGaugesAndTheBacklog(t *testing.T) {
 	approvedCond := testpki.Condition(certv1.CertificateApproved, "ok")
+	// The unsigned request is the oldest that waits; older ones were
+	// decided, or are not kubelet-serving.
+	twoHours, fiveHours := testpki.Created(time.Now().Add(-2*time.Hour)), testpki.Created(time.Now().Add(-5*time.Hour))
 	e := start(t, controller.Config{}, false,
 		csr(t, "csr-pending", "w1", "192.0.2.11", signer),
-		testpki.KubeletCSR("csr-unsigned", "w1", approvedCond),
-		testpki.KubeletCSR("csr-issued", "w1", testpki.Issued([]byte("-----BEGIN CERTIFICATE-----\n"))),
-		testpki.KubeletCSR("csr-denied", "w2", testpki.Condition(certv1.CertificateDenied, "no")),
-		testpki.KubeletCSR("csr-failed", "w2", approvedCond, testpki.Condition(certv1.CertificateFailed, "signer")),
-		testpki.KubeletCSR("csr-client", "w2", testpki.Signer(certv1.KubeAPIServerClientKubeletSignerName)),
+		testpki.KubeletCSR("csr-unsigned", "w1", approvedCond, twoHours),
+		testpki.KubeletCSR("csr-issued", "w1", testpki.Issued([]byte("-----BEGIN CERTIFICATE-----\n")), fiveHours),
+		testpki.KubeletCSR("csr-denied", "w2", testpki.Condition(certv1.CertificateDenied, "no"), fiveHours),
+		testpki.KubeletCSR("csr-failed", "w2", approvedCond, testpki.Condition(certv1.CertificateFailed, "signer"), fiveHours),
+		testpki.KubeletCSR("csr-client", "w2", testpki.Signer(certv1.KubeAPIServerClientKubeletSignerName), fiveHours),
 	)
 	want := map[string]float64{"pending": 1, "approved-not-issued": 1, "issued": 1, "denied": 1, "failed": 1}
 	for stage, n := range want {
@@ -834,5 +837,9 @@ func TestStageGaugesAndTheBacklog(t *testing.T) {
 	}
 	if s := testmetrics.Series(t, e.reg, "certready_approver_pending_csrs", nil); len(s) != 1 || testmetrics.Value(s[0]) != 2 {
 		t.Errorf("certready_approver_pending_csrs %v, want 2: the pending one and the approved one not signed", s)
+	}
+	s := testmetrics.Series(t, e.reg, "certready_approver_oldest_pending_csr_age_seconds", nil)
+	if len(s) != 1 || testmetrics.Value(s[0]) < 2*3600 || testmetrics.Value(s[0]) > 2*3600+60 {
+		t.Errorf("certready_approver_oldest_pending_csr_age_seconds %v, want about two hours: the unsigned request's age", s)
 	}
 }

@@ -42,31 +42,36 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 			Help: "1 while the pending kubelet-serving backlog is at or above --max-pending and nothing is approved.",
 		}),
 	}
-	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "certready_approver_pending_csrs",
-		Help: "Kubelet-serving CSRs that wait for a certificate: not decided, or approved and not yet signed (from the informer cache).",
-	}, func() float64 { n, _ := c.backlog(time.Now()); return float64(n) })
-	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "certready_approver_oldest_pending_csr_age_seconds",
-		Help: "Age of the oldest kubelet-serving CSR that waits for a certificate (not decided, or approved and not signed; 0 when none).",
-	}, func() float64 { _, age := c.backlog(time.Now()); return age.Seconds() })
-	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, pending, oldest, stageCollector{c})
+	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, cacheCollector{c})
 	return m
 }
 
-// stageCollector is certready_approver_csrs{stage}: the kubelet-serving
-// CSRs by stage, counted in one pass over the cache per scrape.
-type stageCollector struct{ c *Controller }
+// cacheCollector is what the informer cache says of the kubelet-serving
+// CSRs, counted in one pass per scrape: certready_approver_csrs{stage},
+// the backlog (pending, or approved and not yet signed) and its oldest age.
+type cacheCollector struct{ c *Controller }
 
-var stageDesc = prometheus.NewDesc("certready_approver_csrs",
-	"Kubelet-serving CSRs in the informer cache by stage: pending, approved-not-issued, issued, denied, failed (the controller manager deletes them an hour after they are decided).",
-	[]string{"stage"}, nil)
+var (
+	stageDesc = prometheus.NewDesc("certready_approver_csrs",
+		"Kubelet-serving CSRs in the informer cache by stage: pending, approved-not-issued, issued, denied, failed (the controller manager deletes them an hour after they are decided).",
+		[]string{"stage"}, nil)
+	pendingDesc = prometheus.NewDesc("certready_approver_pending_csrs",
+		"Kubelet-serving CSRs that wait for a certificate: not decided, or approved and not yet signed (from the informer cache).", nil, nil)
+	oldestDesc = prometheus.NewDesc("certready_approver_oldest_pending_csr_age_seconds",
+		"Age of the oldest kubelet-serving CSR that waits for a certificate (not decided, or approved and not signed; 0 when none).", nil, nil)
+)
 
-func (s stageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stageDesc }
+func (s cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stageDesc
+	ch <- pendingDesc
+	ch <- oldestDesc
+}
 
-func (s stageCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := s.c.stages()
+func (s cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, oldest := s.c.survey(time.Now())
 	for _, state := range csrstate.States {
 		ch <- prometheus.MustNewConstMetric(stageDesc, prometheus.GaugeValue, float64(counts[state]), state.Stage())
 	}
+	ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(counts[csrstate.Pending]+counts[csrstate.Approved]))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest.Seconds())
 }
