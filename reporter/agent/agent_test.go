@@ -316,6 +316,11 @@ func TestBootstrapThenRotation(t *testing.T) {
 	h.poll("the ready metric at 1", func() bool {
 		return value(t, h.reg, "certready_kubelet_serving_cert_ready", nil) == 1
 	})
+	// One series per reason: 1 for the published one only.
+	if r, p := value(t, h.reg, "certready_condition_reason", map[string]string{"reason": string(verdict.Ready)}),
+		value(t, h.reg, "certready_condition_reason", map[string]string{"reason": string(verdict.CSRPending)}); r != 1 || p != 0 {
+		t.Errorf("certready_condition_reason: %s %v, %s %v; want 1 and 0", verdict.Ready, r, verdict.CSRPending, p)
+	}
 	readyAt := c.LastTransitionTime
 	h.poll("the CA's NotAfter in certready_ca_not_after_timestamp_seconds", func() bool {
 		return value(t, h.reg, "certready_ca_not_after_timestamp_seconds", nil) == float64(h.ca.Cert.NotAfter.Unix())

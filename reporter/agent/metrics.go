@@ -117,9 +117,7 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.notAfterDeprecated, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
 		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow)
-	for _, r := range verdict.AllReasons {
-		m.reason.WithLabelValues(string(r)).Set(0)
-	}
+	oneHot(m.reason, verdict.AllReasons, "")
 	m.setRenewal(renewal.NotDue)
 	m.expiryWindow.WithLabelValues("warning").Set(cfg.ExpiryWarning.Seconds())
 	m.expiryWindow.WithLabelValues("critical").Set(cfg.ExpiryCritical.Seconds())
@@ -129,12 +127,18 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 
 // setRenewal sets certready_renewal_stuck: 1 for reason, 0 for the others.
 func (m *metrics) setRenewal(reason renewal.Reason) {
-	for _, r := range renewal.Reasons {
+	oneHot(m.renewalStuck, renewal.Reasons, reason)
+}
+
+// oneHot sets vec to 1 for the label value current and to 0 for every
+// other value of all (all 0 when current is not among them).
+func oneHot[T ~string](vec *prometheus.GaugeVec, all []T, current T) {
+	for _, v := range all {
 		val := 0.0
-		if r == reason {
+		if v == current {
 			val = 1
 		}
-		m.renewalStuck.WithLabelValues(string(r)).Set(val)
+		vec.WithLabelValues(string(v)).Set(val)
 	}
 }
 
@@ -160,13 +164,7 @@ func (m *metrics) evaluated(v verdict.Verdict) {
 }
 
 func (m *metrics) published(v verdict.Verdict, now time.Time, transitioned bool) {
-	for _, r := range verdict.AllReasons {
-		val := 0.0
-		if r == v.Reason {
-			val = 1
-		}
-		m.reason.WithLabelValues(string(r)).Set(val)
-	}
+	oneHot(m.reason, verdict.AllReasons, v.Reason)
 	if v.Ready() {
 		m.ready.Set(1)
 	} else {
