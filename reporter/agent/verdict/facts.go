@@ -75,41 +75,25 @@ func ParseFacts(message string) (f Facts, ok bool) {
 	fields := strings.Fields(message[i+len(" [") : len(message)-1])
 	for _, kv := range fields {
 		k, v, _ := strings.Cut(kv, "=")
+		var err error
 		switch k {
 		case "notAfter":
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				return Facts{}, false
-			}
-			f.NotAfter = t
+			f.NotAfter, err = time.Parse(time.RFC3339, v)
+		case "caNotAfter":
+			f.CANotAfter, err = time.Parse(time.RFC3339, v)
+		case "clientNotAfter":
+			f.ClientNotAfter, err = time.Parse(time.RFC3339, v)
+		case "sha256":
+			f.Fingerprint, err = fingerprint.Parse(v)
+		case "ca":
+			f.CA, err = fingerprint.Parse(v)
 		case "csr":
 			f.CSR = v
-		case "sha256":
-			fp, err := fingerprint.Parse(v)
-			if err != nil {
-				return Facts{}, false
-			}
-			f.Fingerprint = fp
-		case "ca":
-			fp, err := fingerprint.Parse(v)
-			if err != nil {
-				return Facts{}, false
-			}
-			f.CA = fp
 		case "agent":
 			f.Agent = v
-		case "clientNotAfter":
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				return Facts{}, false
-			}
-			f.ClientNotAfter = t
-		case "caNotAfter":
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				return Facts{}, false
-			}
-			f.CANotAfter = t
+		}
+		if err != nil {
+			return Facts{}, false
 		}
 	}
 	return f, !f.NotAfter.IsZero() && !f.Fingerprint.IsZero()

@@ -551,6 +551,7 @@ func TestFactsRoundTrip(t *testing.T) {
 		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " ca=12]", // a short CA fingerprint
 		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + "] trailing",
 		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " clientNotAfter=soon]", // not a time
+		" [notAfter=2027-12-01T12:00:00Z sha256=" + fp.String() + " caNotAfter=later]",    // not a time
 	} {
 		if got, ok := verdict.ParseFacts(msg); ok {
 			t.Errorf("ParseFacts(%q) = %+v, want none", msg, got)
