@@ -491,7 +491,6 @@ func RequestDropped(csr *certv1.CertificateSigningRequest) bool {
 	return len(csr.Spec.Extra[names.DroppedRequestKey]) > 0
 }
 
-// keyRefused says why a requested public key is not allowed, or "".
 // ParseRequest parses spec.request as the policy does (one PEM
 // CERTIFICATE REQUEST, nothing around it), or returns nil.
 func ParseRequest(data []byte) *x509.CertificateRequest {
@@ -533,6 +532,7 @@ func SANs(req *x509.CertificateRequest) []string {
 	return out
 }
 
+// keyRefused says why a requested public key is not allowed, or "".
 func keyRefused(pub any) string {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
