@@ -73,10 +73,24 @@ func MetricsMux(reg *prometheus.Registry, profiling bool) *http.ServeMux {
 	return mux
 }
 
+// Timeouts of every served connection. The ports are reachable by
+// anything on the node's network: a TLS handshake and a request's headers
+// must arrive within headerTimeout (net/http bounds the handshake by it
+// too), and an idle keep-alive connection is closed after IdleTimeout,
+// shorter than a scrape interval: a scraper's new connection every scrape
+// costs one handshake, while idle connections held for minutes are what a
+// flood is made of.
+const (
+	headerTimeout = 5 * time.Second
+	readTimeout   = 10 * time.Second
+	IdleTimeout   = 20 * time.Second
+)
+
 // Serve listens on addr and serves h until ctx ends, over TLS when tlsCfg
-// is set. An empty addr disables the server. The listener is opened before Serve returns an error, so a
+// is set, holding no more connections than lim allows. An empty addr
+// disables the server. The listener is opened before Serve returns an error, so a
 // port already in use fails start-up with a message naming the flag.
-func Serve(ctx context.Context, flag, addr string, h http.Handler, tlsCfg *tls.Config) (func() error, error) {
+func Serve(ctx context.Context, flag, addr string, h http.Handler, tlsCfg *tls.Config, lim Limits) (func() error, error) {
 	if addr == "" || addr == "0" {
 		return func() error { return nil }, nil
 	}
@@ -90,14 +104,26 @@ func Serve(ctx context.Context, flag, addr string, h http.Handler, tlsCfg *tls.C
 	if err != nil {
 		return nil, fmt.Errorf("--%s=%s: %w", flag, addr, err)
 	}
+	return ServeListener(ctx, flag, ln, h, tlsCfg, lim), nil
+}
+
+// ServeListener serves h on raw, as Serve does once it listens, and closes
+// raw when ctx ends.
+func ServeListener(ctx context.Context, flag string, raw net.Listener, h http.Handler, tlsCfg *tls.Config, lim Limits) func() error {
+	addr := raw.Addr().String()
+	// The limits see connections before TLS does: one closed at accept
+	// costs no handshake.
+	var ln net.Listener = newLimitListener(raw, flag, lim)
 	scheme := "http"
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 		scheme = "https"
 	}
-	// Small headers and bounded reads: the ports are reachable by anything
-	// on the node's network.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10}
+	srv := &http.Server{
+		Handler: inHandler(h), ConnContext: connContext,
+		ReadHeaderTimeout: headerTimeout, ReadTimeout: readTimeout, IdleTimeout: IdleTimeout,
+		MaxHeaderBytes: 64 << 10,
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -110,5 +136,5 @@ func Serve(ctx context.Context, flag, addr string, h http.Handler, tlsCfg *tls.C
 			return fmt.Errorf("--%s=%s: %w", flag, addr, err)
 		}
 		return nil
-	}, nil
+	}
 }

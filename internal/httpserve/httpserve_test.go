@@ -27,7 +27,7 @@ func TestServeListenAddresses(t *testing.T) {
 		t.Run(tc.addr, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			serve, err := httpserve.Serve(ctx, "metrics-addr", tc.addr, http.NotFoundHandler(), nil)
+			serve, err := httpserve.Serve(ctx, "metrics-addr", tc.addr, http.NotFoundHandler(), nil, httpserve.Limits{})
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Serve(%q): %v", tc.addr, err)
