@@ -173,8 +173,8 @@ func newCSRExplainCommand() *cobra.Command {
 	flags := newFleetFlags(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&approverRef, "approver", "certready-system/certready-approver", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the approver's defaults.")
-	fs.StringVar(&inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads).")
-	fs.DurationVar(&timeout, "timeout", time.Minute, "How long to wait for the cluster's CSRs and Nodes to be read.")
+	fs.StringVar(&inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads: explain never opens a file the Deployment names).")
+	fs.DurationVar(&timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
 	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: text.")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr explain: %v\n", err); return exitCode(2) }
@@ -184,40 +184,9 @@ func newCSRExplainCommand() *cobra.Command {
 		if err := checkOutput(output); err != nil {
 			return fail(err)
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-		defer cancel()
-		cfg, err := flags.restConfig("certready-csr/" + version)
+		ex, d, err := explain(cmd.Context(), flags, args[0], approverRef, inventory, timeout)
 		if err != nil {
 			return fail(err)
-		}
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fail(err)
-		}
-		csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, args[0], metav1.GetOptions{})
-		if err != nil {
-			return fail(fmt.Errorf("reading CSR %s: %w", args[0], err))
-		}
-		if csr.Spec.SignerName != names.SignerName {
-			return fail(fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName))
-		}
-		o, err := approverOptions(ctx, client, approverRef)
-		if err != nil {
-			return fail(err)
-		}
-		if inventory != "" {
-			o.InventorySpec = inventory
-		}
-		o.RESTConfig = cfg
-		d, err := approver.Explain(ctx, client, o, csr)
-		if err != nil {
-			return fail(err)
-		}
-		ex := Explanation{CSR: fleet.CSRRowOf(csr), Request: requestView(csr, d.Request),
-			Decision:       DecisionView{Approve: d.Approve, Rule: string(d.Rule), Message: d.Message, Transient: d.Transient},
-			ApproverConfig: approverRef}
-		if ex.ApproverConfig == "" {
-			ex.ApproverConfig = "defaults"
 		}
 		if output != "" {
 			err = printDocument(cmd.OutOrStdout(), output, ex)
@@ -235,11 +204,66 @@ func newCSRExplainCommand() *cobra.Command {
 	return cmd
 }
 
+// explain reads CSR name and evaluates the approver's policy on it, as
+// configured by the Deployment approverRef (inventory, when set, replaces
+// its --inventory). Every request of it ends within timeout: the context's
+// deadline bounds what takes one, and the client's own timeout what does
+// not (discovery), so a hung API server costs at most timeout.
+func explain(ctx context.Context, flags *fleetFlags, name, approverRef, inventory string, timeout time.Duration) (Explanation, policy.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// The deadline is named in whatever error it caused.
+	timedOut := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (not done within --timeout=%s: raise it, or see why the API server is slow)", err, timeout)
+		}
+		return err
+	}
+	cfg, err := flags.restConfig("certready-csr/" + version)
+	if err != nil {
+		return Explanation{}, policy.Decision{}, err
+	}
+	cfg.Timeout = timeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Explanation{}, policy.Decision{}, err
+	}
+	csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return Explanation{}, policy.Decision{}, timedOut(fmt.Errorf("reading CSR %s: %w", name, err))
+	}
+	if csr.Spec.SignerName != names.SignerName {
+		return Explanation{}, policy.Decision{}, fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName)
+	}
+	o, err := approverOptions(ctx, client, approverRef, inventory)
+	if err != nil {
+		return Explanation{}, policy.Decision{}, timedOut(err)
+	}
+	o.RESTConfig = cfg
+	d, err := approver.Explain(ctx, client, o, csr)
+	if err != nil {
+		return Explanation{}, policy.Decision{}, timedOut(err)
+	}
+	ex := Explanation{CSR: fleet.CSRRowOf(csr), Request: requestView(csr, d.Request),
+		Decision:       DecisionView{Approve: d.Approve, Rule: string(d.Rule), Message: d.Message, Transient: d.Transient},
+		ApproverConfig: approverRef}
+	if ex.ApproverConfig == "" {
+		ex.ApproverConfig = "defaults"
+	}
+	return ex, d, nil
+}
+
 // approverOptions reads the approver's configuration from its Deployment
 // (ref "<namespace>/<name>"; empty: the defaults) through the approver's own
-// flag parsing. The taint fallback's settings are left out: explaining a
-// CSR does not lift taints, and its CA file is in the approver's pod.
-func approverOptions(ctx context.Context, client kubernetes.Interface, ref string) (approver.Options, error) {
+// flag parsing; inventory, when set, replaces its --inventory. The taint
+// fallback's settings are left out: explaining a CSR does not lift taints.
+//
+// A Deployment is cluster data and this runs on an operator's machine: no
+// path it names is ever opened here. The paths that configure only the
+// approver's process (--kubeconfig, --kubelet-ca-file, the serving and
+// ledger files) are parsed and dropped; a file inventory, which the policy
+// needs, is refused unless --inventory replaces it.
+func approverOptions(ctx context.Context, client kubernetes.Interface, ref, inventory string) (approver.Options, error) {
 	var args []string
 	env := map[string]string{}
 	if ref != "" {
@@ -272,9 +296,21 @@ func approverOptions(ctx context.Context, client kubernetes.Interface, ref strin
 	if err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		return approver.Options{}, fmt.Errorf("the approver's flags (%s): %w", ref, err)
 	}
-	f.startupTaint, f.softTaint = "", ""
+	f.startupTaint, f.softTaint, f.kubeletCA = "", "", ""
+	switch spec := f.o.InventorySpec; {
+	case inventory != "":
+		f.o.InventorySpec = inventory
+	case strings.HasPrefix(spec, "file:"):
+		return approver.Options{}, fmt.Errorf("--approver=%s: its Deployment sets --inventory=%s, a file in the approver's pod: "+
+			"explain never opens a local file that a cluster object names, so it cannot evaluate a file inventory from outside the pod; "+
+			"pass --inventory on the command line, in the approver's pod (kubectl exec -n %s deploy/%s -- certready csr explain NAME --inventory=%s) "+
+			"or here with your own copy (--inventory=file:./inventory.yaml)", ref, spec, namespaceOf(ref), nameOf(ref), spec)
+	}
 	return f.options()
 }
+
+func namespaceOf(ref string) string { ns, _, _ := strings.Cut(ref, "/"); return ns }
+func nameOf(ref string) string      { _, n, _ := strings.Cut(ref, "/"); return n }
 
 func approverContainer(cs []corev1.Container) (corev1.Container, bool) {
 	for _, c := range cs {

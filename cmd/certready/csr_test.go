@@ -5,12 +5,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -36,7 +43,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 			}},
 	}
 	client := fake.NewClientset(dep)
-	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver")
+	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +63,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 		t.Errorf("the taint fallback was configured: %+v", o.RemoveStartupTaint)
 	}
 
-	defaults, err := approverOptions(context.Background(), client, "")
+	defaults, err := approverOptions(context.Background(), client, "", "")
 	if err != nil || defaults.Controller.Policy.MaxSANs != 100 {
 		t.Errorf("--approver='': %v, max SANs %d, want the default 100", err, defaults.Controller.Policy.MaxSANs)
 	}
@@ -65,7 +72,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 		"certready-system/missing":   `"missing" not found`,
 		"certready-system/sidecar-x": "not found",
 	} {
-		if _, err := approverOptions(context.Background(), client, ref); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := approverOptions(context.Background(), client, ref, ""); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--approver=%s: error %v, want one with %q", ref, err, want)
 		}
 	}
@@ -75,8 +82,105 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	if _, err := client.AppsV1().Deployments("certready-system").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := approverOptions(context.Background(), client, "certready-system/bad"); err == nil || !strings.Contains(err.Error(), "max-sans") {
+	if _, err := approverOptions(context.Background(), client, "certready-system/bad", ""); err == nil || !strings.Contains(err.Error(), "max-sans") {
 		t.Errorf("a flag the approver would refuse: %v", err)
+	}
+}
+
+// The approver's Deployment is cluster data, and explain runs on an
+// operator's machine: a path it names (the file inventory, a kubeconfig, a
+// CA bundle, a ledger file) is never opened there. The file inventory,
+// which the policy needs, is refused with what to do instead.
+func TestExplainNeverOpensFilesTheDeploymentNames(t *testing.T) {
+	dir := t.TempDir()
+	const marker = "MARKER-4f1c-only-in-the-local-file"
+	secret := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(secret, []byte("worker-1:\n  addresses: [\""+marker+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ledgerDir := filepath.Join(dir, "ledger")
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "certready-system", Name: "certready-approver"}}
+	dep.Spec.Template.Spec.Containers = []corev1.Container{{Name: "approver", Args: []string{"approver",
+		"--inventory=file:" + secret, "--kubeconfig=" + secret, "--kubelet-ca-file=" + secret,
+		"--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule",
+		"--ledger=file:" + filepath.Join(ledgerDir, "ledger.jsonl")}}}
+	client := fake.NewClientset(dep)
+
+	_, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "")
+	if err == nil {
+		t.Fatal("a Deployment's --inventory=file: was accepted: explain would open the operator's local file of that name")
+	}
+	for _, want := range []string{"--inventory=file:" + secret, "never opens a local file", "kubectl exec", "--inventory=file:./inventory.yaml"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), marker) {
+		t.Errorf("the local file was read: its content is in the error %q", err)
+	}
+	if _, err := os.Stat(ledgerDir); !os.IsNotExist(err) {
+		t.Errorf("the Deployment's --ledger made explain create %s (%v)", ledgerDir, err)
+	}
+
+	// --inventory on the command line is the operator's own choice.
+	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "node")
+	if err != nil || o.InventorySpec != "node" {
+		t.Errorf("--inventory=node on the command line: %v, inventory %q", err, o.InventorySpec)
+	}
+	if o.Prover != nil {
+		t.Error("the taint fallback (and its --kubelet-ca-file) was configured")
+	}
+}
+
+// A hung API server costs explain at most --timeout, whichever request
+// hangs: here every one but the CSR's read (discovery takes no context).
+func TestExplainEndsWithinItsTimeout(t *testing.T) {
+	csr := certv1.CertificateSigningRequest{TypeMeta: metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "CertificateSigningRequest"},
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-x", UID: "uid-x"},
+		Spec:       certv1.CertificateSigningRequestSpec{SignerName: certv1.KubeletServingSignerName, Username: "system:node:worker-1"}}
+	body, err := json.Marshal(csr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-x" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(body)
+			return
+		}
+		select { // hang
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	flags := newFleetFlags(&cobra.Command{})
+	*flags.config.APIServer = srv.URL
+
+	const timeout = time.Second
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		_, _, err := explain(context.Background(), flags, "csr-x", "", "", timeout)
+		done <- result{err, time.Since(start)}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil || !strings.Contains(r.err.Error(), "--timeout=1s") {
+			t.Errorf("error %v, want one naming --timeout=1s", r.err)
+		}
+		if r.took > timeout+3*time.Second {
+			t.Errorf("explain took %v against a hung API server, over its --timeout=%v", r.took, timeout)
+		}
+	case <-time.After(timeout + 10*time.Second):
+		t.Fatalf("explain still waits on a hung API server %v after its --timeout=%v", timeout+10*time.Second, timeout)
 	}
 }
 
