@@ -21,16 +21,51 @@ import (
 	"github.com/certready/certready/internal/names"
 )
 
+// InfrastructureAddressTypes is the annotation key under which a trimmed
+// Node carries, comma-separated and sorted, the types of the addresses in
+// its status that only a cloud controller wrote (NodeOptions): the one
+// fact certready keeps of its managed fields. It exists in informer caches
+// only: the transform drops the key from every Node it receives, so a
+// value a node sets on its own Node never reaches the cache.
+const InfrastructureAddressTypes = "certready.io/infrastructure-address-types"
+
+// NodeOptions say what a Node cache keeps.
+type NodeOptions struct {
+	// Conditions: the types of the conditions kept.
+	Conditions []corev1.NodeConditionType
+	// CloudControllers are the field managers whose writes of
+	// status.addresses are the infrastructure's word, not the node's: an
+	// address type whose address only they wrote is listed under
+	// InfrastructureAddressTypes. A field manager's name is chosen by the
+	// writer: this is evidence the operator opts into, which a node's own
+	// credentials can forge. Empty: none.
+	CloudControllers []string
+}
+
 // Node returns a transform that keeps of a Node its metadata (labels,
 // annotations, UID, resourceVersion), its spec (taints), and of its status
 // the addresses, the kubelet's endpoint and the conditions of the given
 // types (certready reads only its own: a kubelet's five others, with their
 // messages, are a fifth of a trimmed Node).
 func Node(conditions ...corev1.NodeConditionType) cache.TransformFunc {
+	return NodeWith(NodeOptions{Conditions: conditions})
+}
+
+// NodeWith is Node that also keeps, of the managed fields, which address
+// types o.CloudControllers wrote (InfrastructureAddressTypes).
+func NodeWith(o NodeOptions) cache.TransformFunc {
+	conditions := o.Conditions
 	return func(obj any) (any, error) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			return obj, nil
+		}
+		delete(n.Annotations, InfrastructureAddressTypes)
+		if infra := infrastructureTypes(n, o.CloudControllers); infra != "" {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[InfrastructureAddressTypes] = infra
 		}
 		n.ManagedFields = nil
 		var kept []corev1.NodeCondition
