@@ -1,6 +1,7 @@
 package static
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -170,4 +171,41 @@ func TestPoliciesGuardTheConditionTheAgentWrites(t *testing.T) {
 		return
 	}
 	t.Fatal("no certready-agent ServiceAccount")
+}
+
+// TestPoliciesPinEveryNodeField: every field of NodeStatus but the
+// conditions is pinned by the agent's confinement (it writes one condition
+// through nodes/status, which persists the whole status), and every field
+// of NodeSpec but the taints by the approver's (it writes taints through
+// nodes). The fields come from k8s.io/api itself: a field a new API
+// version adds fails this test until a policy pins it.
+func TestPoliciesPinEveryNodeField(t *testing.T) {
+	objs := decodeAll(t, build(t, "base"))
+	policies := map[string]string{}
+	for _, p := range find[*admissionv1.ValidatingAdmissionPolicy](objs) {
+		policies[p.Name] = mustJSON(p.Spec.Validations)
+	}
+	for _, tc := range []struct {
+		policy, prefix string
+		typ            reflect.Type
+		free           string // the one field the writer may change
+	}{
+		{"certready-agent-node-confinement", "status.", reflect.TypeFor[corev1.NodeStatus](), "conditions"},
+		{"certready-approver-node-writes", "spec.", reflect.TypeFor[corev1.NodeSpec](), "taints"},
+	} {
+		text, ok := policies[tc.policy]
+		if !ok {
+			t.Fatalf("no policy %s", tc.policy)
+		}
+		for i := range tc.typ.NumField() {
+			field, _, _ := strings.Cut(tc.typ.Field(i).Tag.Get("json"), ",")
+			if field == tc.free {
+				continue
+			}
+			// Either the field itself or the whole object (object.spec == oldObject.spec).
+			if !strings.Contains(text, "object."+tc.prefix+field) && !strings.Contains(text, "object."+strings.TrimSuffix(tc.prefix, ".")+" == oldObject."+strings.TrimSuffix(tc.prefix, ".")) {
+				t.Errorf("policy %s does not pin %s%s: a stolen token could change it", tc.policy, tc.prefix, field)
+			}
+		}
+	}
 }
