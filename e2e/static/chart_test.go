@@ -396,8 +396,11 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
 		{"agent.expiryWindows as the agent's flags", slices.Contains(a.Containers[0].Args, "--expiry-warning=336h") &&
 			slices.Contains(a.Containers[0].Args, "--expiry-critical=48h") && slices.Contains(a.Containers[0].Args, "--ca-expiry-warning=2160h")},
-		{"the agent's optional settings ConfigMap follows the name", len(a.Containers[0].EnvFrom) == 1 &&
-			a.Containers[0].EnvFrom[0].ConfigMapRef.Name == "acme-certready-agent-settings"},
+		{"the agent's optional settings ConfigMap follows the name, key by key", len(a.Containers[0].EnvFrom) == 0 &&
+			slices.ContainsFunc(a.Containers[0].Env, func(e corev1.EnvVar) bool {
+				return e.Name == "CERTREADY_EXPIRY_WARNING" && e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil &&
+					e.ValueFrom.ConfigMapKeyRef.Name == "acme-certready-agent-settings"
+			})},
 		{"extraEnv in both containers", slices.ContainsFunc(a.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) &&
 			slices.ContainsFunc(p.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" })},
 		{"extraVolumes and extraVolumeMounts in both pods", slices.ContainsFunc(a.Volumes, func(v corev1.Volume) bool { return v.Name == "extra-ca" }) &&

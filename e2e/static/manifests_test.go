@@ -406,12 +406,16 @@ func TestListenAddressesWorkOnEveryIPFamily(t *testing.T) {
 	}
 }
 
-// An overlay sets agent flags without patching the arguments: a
-// configMapGenerator named certready-agent-settings with CERTREADY_<FLAG>
-// literals (README: Expiry windows). kustomize points the DaemonSet's
-// envFrom at the generated, hashed name, so a change rolls the agents.
+// An overlay sets the agent's expiry windows without patching the
+// arguments: a configMapGenerator named certready-agent-settings (README:
+// Expiry windows). kustomize points each key reference at the generated,
+// hashed name, so a change rolls the agents. Only the three window keys
+// reach the agent, each by name: a key such as KUBERNETES_SERVICE_HOST or
+// CERTREADY_METRICS_SECURE in that ConfigMap reaches nothing (envFrom
+// would have handed every key to the agent, its service variables
+// included).
 func TestAgentSettingsFromAnOverlaysConfigMap(t *testing.T) {
-	objs := kustomizeMaps(t, "resources:\n- ../standalone\nconfigMapGenerator:\n- name: certready-agent-settings\n  namespace: certready-system\n  literals:\n  - CERTREADY_EXPIRY_WARNING=336h\n", nil)
+	objs := kustomizeMaps(t, "resources:\n- ../standalone\nconfigMapGenerator:\n- name: certready-agent-settings\n  namespace: certready-system\n  literals:\n  - CERTREADY_EXPIRY_WARNING=336h\n  - KUBERNETES_SERVICE_HOST=203.0.113.9\n  - CERTREADY_METRICS_SECURE=false\n", nil)
 	decoded := decodeStrict(t, objs)
 	ds := find[*appsv1.DaemonSet](decoded)[0]
 	var cm *corev1.ConfigMap
@@ -423,16 +427,26 @@ func TestAgentSettingsFromAnOverlaysConfigMap(t *testing.T) {
 	if cm == nil {
 		t.Fatal("no generated certready-agent-settings ConfigMap")
 	}
-	from := ds.Spec.Template.Spec.Containers[0].EnvFrom
-	if len(from) != 1 || from[0].ConfigMapRef == nil || from[0].ConfigMapRef.Name != cm.Name || cm.Namespace != ds.Namespace {
-		t.Errorf("the agent's envFrom %+v does not name the generated ConfigMap %s/%s", from, cm.Namespace, cm.Name)
+	agent := ds.Spec.Template.Spec.Containers[0]
+	if len(agent.EnvFrom) != 0 {
+		t.Errorf("the agent's envFrom %+v: every key of a ConfigMap would reach it", agent.EnvFrom)
+	}
+	want := []string{"CERTREADY_EXPIRY_WARNING", "CERTREADY_EXPIRY_CRITICAL", "CERTREADY_CA_EXPIRY_WARNING"}
+	var got []string
+	for _, e := range agent.Env {
+		if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
+			continue
+		}
+		ref := e.ValueFrom.ConfigMapKeyRef
+		got = append(got, e.Name)
+		if ref.Name != cm.Name || ref.Key != e.Name || ref.Optional == nil || !*ref.Optional || cm.Namespace != ds.Namespace {
+			t.Errorf("env %s from %+v, want the optional key %s of the generated ConfigMap %s/%s", e.Name, ref, e.Name, cm.Namespace, cm.Name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("variables from the settings ConfigMap %v, want exactly %v", got, want)
 	}
 	if cm.Data["CERTREADY_EXPIRY_WARNING"] != "336h" {
 		t.Errorf("ConfigMap data %v", cm.Data)
-	}
-	// Without one, the reference is optional: the agent starts with its defaults.
-	base := find[*appsv1.DaemonSet](decodeAll(t, build(t, "base")))[0].Spec.Template.Spec.Containers[0].EnvFrom
-	if len(base) != 1 || base[0].ConfigMapRef == nil || base[0].ConfigMapRef.Optional == nil || !*base[0].ConfigMapRef.Optional {
-		t.Errorf("base envFrom %+v: want one optional ConfigMap reference", base)
 	}
 }
