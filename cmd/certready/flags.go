@@ -20,6 +20,41 @@ import (
 // EnvPrefix: every flag --foo-bar can also be set as CERTREADY_FOO_BAR.
 const EnvPrefix = "CERTREADY_"
 
+// commandLineOnly are the flags whose environment variable is refused:
+// each chooses what a process trusts, whom it sends its credentials to, or
+// how far its policy reaches, and the environment of a pod is writable by
+// more hands than its arguments (a ConfigMap under envFrom, an admission
+// webhook that injects variables). The value says why, for the error.
+var commandLineOnly = map[string]string{
+	"kubeconfig":                      "chooses the API server and the credentials sent to it",
+	"ca-file":                         "chooses the CA the kubelet's certificate is verified with",
+	"kubelet-ca-file":                 "chooses the CA the kubelet's certificate is verified with",
+	"kubelet-pki-dir":                 "chooses where the kubelet's certificate is read",
+	"metrics-secure":                  "switches off the authentication of /metrics",
+	"metrics-cert-dir":                "chooses the metrics server's certificate",
+	"metrics-auth-cache-ttl":          "extends how long a revoked token keeps reading /metrics",
+	"max-connections":                 "raises the connection cap of the host-network ports",
+	"max-connections-per-source":      "raises the connection cap of the host-network ports",
+	"profiling":                       "exposes Go's profiles on the metrics port",
+	"inventory":                       "chooses what the approver believes a node owns",
+	"cluster-api":                     "chooses whose credentials the approver uses",
+	"capi-cluster-selector":           "chooses whose credentials the approver uses",
+	"allow-shared-addresses":          "approves addresses two nodes report",
+	"allowed-cidrs":                   "chooses which self-reported addresses the approver trusts",
+	"apiserver-host-label":            "chooses which nodes may have the API server's names and addresses",
+	"max-sans":                        "widens what a request may ask for",
+	"max-request-bytes":               "widens what a request may ask for",
+	"max-pending":                     "loosens the flood guard",
+	"max-expiration":                  "widens what a request may ask for",
+	"remove-startup-taint":            "chooses which taint the approver lifts",
+	"soft-taint":                      "chooses which taint the approver writes",
+	"condition-max-age":               "loosens when a condition counts as fresh",
+	"condition-type":                  "chooses which condition proves a node ready",
+	"csr-retention":                   "loosens the proof a served certificate needs",
+	"kubelet-port":                    "chooses where the kubelet's certificate is looked for",
+	"kubelet-preferred-address-types": "chooses where the kubelet's certificate is looked for",
+}
+
 // EnvName is the environment variable that backs a flag.
 func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -36,7 +71,12 @@ func newFlagSet(name, summary string) *pflag.FlagSet {
 	fs.SetOutput(io.Discard) // pflag's own error and usage printing: parseOrExit prints
 	fs.Usage = func() {}
 	helpOf[fs] = func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s):\n%s",
+		fs.VisitAll(func(f *pflag.Flag) {
+			if _, only := commandLineOnly[f.Name]; only && !strings.HasSuffix(f.Usage, commandLineOnlyNote) {
+				f.Usage += commandLineOnlyNote
+			}
+		})
+		fmt.Fprintf(w, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s, unless marked command line only):\n%s",
 			name, summary, EnvPrefix, EnvName("node-name"), fs.FlagUsages())
 	}
 	return fs
@@ -63,16 +103,29 @@ func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool))
 	return fillFromEnv(fs, getenv)
 }
 
+// commandLineOnlyNote ends the help of every flag in commandLineOnly.
+const commandLineOnlyNote = " (command line only)"
+
 // fillFromEnv sets every flag of fs not given on the command line from its
-// environment variable (EnvName). An error names the flag and variable.
+// environment variable (EnvName). An error names the flag and variable; a
+// variable set for a commandLineOnly flag is an error, never ignored, so
+// that whoever set it learns where the setting belongs.
 func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
+		if err != nil {
 			return
 		}
 		env := EnvName(f.Name)
-		if v, ok := getenv(env); ok && v != "" {
+		v, ok := getenv(env)
+		if !ok || v == "" {
+			return
+		}
+		if why, only := commandLineOnly[f.Name]; only {
+			err = fmt.Errorf("environment variable %s is set, but --%s %s and is read only from the command line: remove the variable and pass the flag as an argument", env, f.Name, why)
+			return
+		}
+		if !f.Changed {
 			if serr := fs.Set(f.Name, v); serr != nil {
 				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
 			}
