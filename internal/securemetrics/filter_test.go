@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,30 +25,45 @@ import (
 // fakeReviewer is the API server's side: tokens map to users, users to
 // the paths they may get. It counts reviews and can hold them.
 type fakeReviewer struct {
-	users   map[string]string // token -> username
-	allowed map[string]bool   // username + " " + path
-	fail    bool
-	hold    chan struct{} // when set, Authenticate waits on it
-	reviews atomic.Int32
+	mu        sync.Mutex
+	users     map[string]string // token -> username
+	allowed   map[string]bool   // username + " " + path
+	fail      atomic.Bool
+	hold      chan struct{} // when set, reviews of tokens it does not know wait on it (a flood)
+	holdKnown chan struct{} // when set, reviews of tokens it knows wait on it
+	reviews   atomic.Int32
 }
 
 func (f *fakeReviewer) Authenticate(ctx context.Context, token string) (*authnv1.UserInfo, error) {
 	f.reviews.Add(1)
-	if f.hold != nil {
+	f.mu.Lock()
+	name, ok := f.users[token]
+	hold := f.hold
+	if ok {
+		hold = f.holdKnown
+	}
+	f.mu.Unlock()
+	if hold != nil {
 		select {
-		case <-f.hold:
+		case <-hold:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	if f.fail {
+	if f.fail.Load() {
 		return nil, errors.New("connection refused")
 	}
-	name, ok := f.users[token]
 	if !ok {
 		return nil, nil
 	}
 	return &authnv1.UserInfo{Username: name, Groups: []string{"system:serviceaccounts"}}, nil
+}
+
+// revoke makes the API server refuse token from now on.
+func (f *fakeReviewer) revoke(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.users, token)
 }
 
 func (f *fakeReviewer) Authorize(_ context.Context, user *authnv1.UserInfo, verb, path string) (bool, string, error) {
@@ -61,19 +77,37 @@ func (f *fakeReviewer) Authorize(_ context.Context, user *authnv1.UserInfo, verb
 // the self-signed certificate.
 func serve(t *testing.T, r securemetrics.Reviewer, reg prometheus.Registerer) *httptest.Server {
 	t.Helper()
+	srv, _, _ := serveFilter(t, r, reg, time.Minute)
+	return srv
+}
+
+// serveFilter is serve with the filter's TTL and clock: the clock starts
+// now and moves only when advanced.
+func serveFilter(t *testing.T, r securemetrics.Reviewer, reg prometheus.Registerer, ttl time.Duration) (*httptest.Server, *fakeClock, *securemetrics.Filter) {
+	t.Helper()
 	cfg, err := securemetrics.TLSConfig("", []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := securemetrics.NewFilter(r, time.Minute, reg)
+	f := securemetrics.NewFilter(r, ttl, reg)
+	clock := &fakeClock{start: time.Now()}
+	securemetrics.SetClock(f, clock.now)
 	srv := httptest.NewUnstartedServer(f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "certready_up 1\n")
 	})))
 	srv.TLS = cfg
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, clock, f
 }
+
+type fakeClock struct {
+	start   time.Time
+	elapsed atomic.Int64
+}
+
+func (c *fakeClock) now() time.Time          { return c.start.Add(time.Duration(c.elapsed.Load())) }
+func (c *fakeClock) advance(d time.Duration) { c.elapsed.Add(int64(d)) }
 
 func get(t *testing.T, srv *httptest.Server, method, path, auth string) (int, string) {
 	t.Helper()
@@ -84,7 +118,7 @@ func get(t *testing.T, srv *httptest.Server, method, path, auth string) (int, st
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed by design; the test checks authentication, not the server's name
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed by design; the test checks authentication, not the server's name
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +185,8 @@ func TestFilter(t *testing.T) {
 // An API server that cannot review: 503, not cached (the next request
 // asks again), never the page.
 func TestFilterReviewErrorIsNotCached(t *testing.T) {
-	rev := &fakeReviewer{fail: true}
+	rev := &fakeReviewer{}
+	rev.fail.Store(true)
 	srv := serve(t, rev, nil)
 	for i := 0; i < 2; i++ {
 		if code, body := get(t, srv, "GET", "/metrics", "Bearer prom-token"); code != http.StatusServiceUnavailable || strings.Contains(body, "certready_up") {
@@ -165,27 +200,160 @@ func TestFilterReviewErrorIsNotCached(t *testing.T) {
 
 // Callers beyond the in-flight reviews are told to retry without a review
 // of their own: a flood of tokens cannot queue work on the API server.
+// Tokens never allowed take at most three of the four places.
 func TestFilterThrottlesConcurrentReviews(t *testing.T) {
 	rev := &fakeReviewer{hold: make(chan struct{})}
 	srv := serve(t, rev, nil)
 	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 3; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			get(t, srv, "GET", "/metrics", "Bearer held-"+string(rune('a'+i)))
 		}()
 	}
-	if !testwait.Until(10*time.Second, func() bool { return rev.reviews.Load() == 4 }) {
+	if !testwait.Until(10*time.Second, func() bool { return rev.reviews.Load() == 3 }) {
 		t.Fatalf("only %d reviews started", rev.reviews.Load())
 	}
 	code, _ := get(t, srv, "GET", "/metrics", "Bearer one-more")
 	close(rev.hold)
 	wg.Wait()
 	if code != http.StatusTooManyRequests {
-		t.Errorf("a fifth caller while four reviews run: %d, want 429", code)
+		t.Errorf("a fourth unknown caller while three reviews run: %d, want 429", code)
 	}
-	if n := rev.reviews.Load(); n != 4 {
-		t.Errorf("%d reviews, want 4 (the throttled caller made none)", n)
+	if n := rev.reviews.Load(); n != 3 {
+		t.Errorf("%d reviews, want 3 (the throttled caller made none)", n)
+	}
+}
+
+const prom = "Bearer prom-token"
+
+func scraperReviewer() *fakeReviewer {
+	return &fakeReviewer{
+		users:   map[string]string{"prom-token": "system:serviceaccount:monitoring:prometheus"},
+		allowed: map[string]bool{"system:serviceaccount:monitoring:prometheus /metrics": true},
+	}
+}
+
+// When a scraper's answer expires, it is answered from the cache while the
+// API server reviews its token again, once, in the background: it never
+// waits on the review. A refusal from that review ends its access; a failed
+// review leaves the stale answer in use for one more TTL only.
+func TestFilterAnswersAnAllowedTokenWhileReReviewing(t *testing.T) {
+	const ttl = time.Minute
+	rev := scraperReviewer()
+	srv, clock, f := serveFilter(t, rev, nil, ttl)
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+		t.Fatalf("scraper: %d", code)
+	}
+	firstExpiry := securemetrics.Expires(f, "prom-token", "/metrics")
+
+	// Expired, the re-review held: answered at once, reviewed once.
+	rev.mu.Lock()
+	rev.holdKnown = make(chan struct{})
+	rev.mu.Unlock()
+	clock.advance(ttl + time.Second)
+	for i := 0; i < 3; i++ {
+		if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+			t.Fatalf("scraper with an expired answer, re-review pending: %d, want 200 from the cache", code)
+		}
+	}
+	if !testwait.Until(10*time.Second, func() bool { return rev.reviews.Load() == 2 }) {
+		t.Fatalf("%d reviews, want 2 (the first, then one re-review)", rev.reviews.Load())
+	}
+	close(rev.holdKnown)
+	if !testwait.Until(10*time.Second, func() bool { return securemetrics.Expires(f, "prom-token", "/metrics").After(firstExpiry) }) {
+		t.Fatal("the re-review never renewed the answer")
+	}
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK || rev.reviews.Load() != 2 {
+		t.Fatalf("after the re-review: %d, %d reviews; want 200 from the renewed answer, 2 reviews", code, rev.reviews.Load())
+	}
+
+	// The API server fails: the stale answer serves until its second TTL
+	// ends, then the caller is asked to retry.
+	rev.fail.Store(true)
+	clock.advance(ttl + time.Second)
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+		t.Fatalf("expired, the API server failing: %d, want 200 from the cache", code)
+	}
+	clock.advance(ttl)
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusServiceUnavailable {
+		t.Fatalf("two TTLs without a review: %d, want 503", code)
+	}
+
+	// Revoked: the re-review's refusal ends its access.
+	rev.fail.Store(false)
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+		t.Fatalf("the API server back: %d", code)
+	}
+	rev.revoke("prom-token")
+	clock.advance(ttl + time.Second)
+	get(t, srv, "GET", "/metrics", prom) // stale, starts the re-review
+	if !testwait.Until(10*time.Second, func() bool {
+		code, _ := get(t, srv, "GET", "/metrics", prom)
+		return code == http.StatusUnauthorized
+	}) {
+		t.Fatal("a revoked token kept its access after its re-review")
+	}
+}
+
+// A flood of random tokens takes every place it may; a scraper allowed
+// before still gets its review (and 200), even with its answer too old to
+// be used from the cache.
+func TestFilterKeepsAReviewForKnownCallers(t *testing.T) {
+	const ttl = time.Minute
+	rev := scraperReviewer()
+	rev.hold = make(chan struct{})
+	srv, clock, _ := serveFilter(t, rev, nil, ttl)
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+		t.Fatalf("scraper: %d", code)
+	}
+	clock.advance(3 * ttl) // past the stale answer: a review is needed
+	var wg sync.WaitGroup
+	var throttled atomic.Int32
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, _ := get(t, srv, "GET", "/metrics", "Bearer random-"+string(rune('a'+i))); code == http.StatusTooManyRequests {
+				throttled.Add(1)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(rev.hold)
+	if !testwait.Until(10*time.Second, func() bool { return rev.reviews.Load()-1+throttled.Load() == 4 }) {
+		t.Fatalf("the flood's four requests: %d reviews, %d throttled", rev.reviews.Load()-1, throttled.Load())
+	}
+	if code, _ := get(t, srv, "GET", "/metrics", prom); code != http.StatusOK {
+		t.Errorf("scraper during a flood of random tokens: %d, want 200 (a review kept for known callers)", code)
+	}
+}
+
+// Refusals fill at most part of the cache: after a flood of random
+// tokens, a scraper's answer is still kept (one review, not one a scrape).
+func TestFilterKeepsRoomForAllowedAnswers(t *testing.T) {
+	rev := scraperReviewer()
+	h := securemetrics.NewFilter(rev, time.Minute, nil).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	ask := func(token string) int {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		r.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := 0; i < 1100; i++ {
+		if code := ask(fmt.Sprintf("random-%d", i)); code != http.StatusUnauthorized {
+			t.Fatalf("random token %d: %d", i, code)
+		}
+	}
+	before := rev.reviews.Load()
+	for i := 0; i < 3; i++ {
+		if code := ask("prom-token"); code != http.StatusOK {
+			t.Fatalf("scraper after the flood: %d", code)
+		}
+	}
+	if n := rev.reviews.Load() - before; n != 1 {
+		t.Errorf("the scraper's three requests after a flood made %d reviews, want 1 (its answer kept)", n)
 	}
 }

@@ -6,10 +6,12 @@
 // ServiceAccount token and a ClusterRole with nonResourceURLs ["/metrics"].
 //
 // The port is reachable by anything on the node's network, and every token
-// costs the API server two reviews: answers are cached by the token's hash,
+// costs the API server two reviews: answers are cached by the token's hash
+// (an allowed one is answered from the cache while it is reviewed again),
 // reviews run on their own rate-limited client (never the agent's, whose
-// budget is its node's condition), and at most a few run at once; a caller
-// beyond that is told to come back (429) without an API request.
+// budget is its node's condition), and at most a few run at once, one of
+// them kept for tokens allowed before; a caller beyond that is told to come
+// back (429) without an API request.
 package securemetrics
 
 import (
