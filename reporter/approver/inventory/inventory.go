@@ -18,6 +18,15 @@ import (
 type Entry struct {
 	IPs      []netip.Addr `json:"ips"`
 	DNSNames []string     `json:"dnsNames,omitempty"`
+	// SelfReported are those of IPs that the node wrote about itself: in
+	// the Node objects, every address but those a cloud controller wrote
+	// (trim.InfrastructureAddressTypes). Empty for desired-state sources
+	// (a ConfigMap, a file, Machines), which the node cannot write.
+	SelfReported []netip.Addr `json:"-"`
+	// Registered are the addresses the node first reported, as this
+	// process saw it (Networks): a self-reported address among them is in
+	// the node's own network.
+	Registered []netip.Addr `json:"-"`
 }
 
 // Source answers lookups. Implementations are safe for concurrent use.

@@ -18,11 +18,16 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/trim"
 )
 
 // Nodes reads the Node objects' InternalIP, ExternalIP, Hostname and DNS
-// addresses. The kubelet writes those itself: this source trusts the node's
-// own word about its addresses (documented trade-off), and answers who else
+// addresses. The kubelet writes those itself, unless a cloud controller
+// does: each entry says which addresses are the node's own word
+// (Entry.SelfReported, from the trimmed Node's
+// trim.InfrastructureAddressTypes) and which it first reported
+// (Registered), and the policy bounds the former. It answers who else
 // claims an address from Indexer, indexed with AddressIndex.
 type Nodes struct {
 	Lister corelisters.NodeLister
@@ -34,6 +39,9 @@ type Nodes struct {
 	// Count, when set, is the number of Nodes (kept by informer events);
 	// otherwise Size lists them.
 	Count func() int
+	// Registered, when set, returns the addresses a node first reported
+	// (Networks.Registered).
+	Registered func(node string) []netip.Addr
 }
 
 // Index names of the node informer: IP addresses, and names (the node's
@@ -121,24 +129,45 @@ func (n Nodes) Lookup(node string) (Entry, bool) {
 	if err != nil {
 		return Entry{}, false
 	}
-	return EntryOf(obj), true
+	e := EntryOf(obj)
+	if n.Registered != nil {
+		e.Registered = n.Registered(node)
+	}
+	return e, true
 }
 
 // EntryOf reads what a Node reports: its InternalIP and ExternalIP
-// addresses, and its Hostname, InternalDNS and ExternalDNS names.
+// addresses (those a cloud controller did not write also as
+// SelfReported), and its Hostname, InternalDNS and ExternalDNS names.
 func EntryOf(node *corev1.Node) Entry {
 	var e Entry
+	infra := node.Annotations[trim.InfrastructureAddressTypes]
 	for _, a := range node.Status.Addresses {
 		switch a.Type {
 		case corev1.NodeInternalIP, corev1.NodeExternalIP:
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
 				e.IPs = append(e.IPs, ip)
+				if !listed(infra, string(a.Type)) {
+					e.SelfReported = append(e.SelfReported, ip)
+				}
 			}
 		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
 			e.DNSNames = append(e.DNSNames, a.Address)
 		}
 	}
 	return e
+}
+
+// listed says whether the comma-separated list holds v.
+func listed(list, v string) bool {
+	for rest, more := list, list != ""; more; {
+		var item string
+		item, rest, more = strings.Cut(rest, ",")
+		if item == v {
+			return true
+		}
+	}
+	return false
 }
 
 func (n Nodes) Size() int {
