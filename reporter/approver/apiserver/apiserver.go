@@ -215,7 +215,7 @@ func (id *Identity) update() {
 // rebuild computes the identity from every source; the caller holds mu,
 // so that updates from several sources are applied in order.
 func (id *Identity) rebuild() bool {
-	b := builder{out: policy.APIServer{Addresses: map[netip.Addr]string{}, Endpoints: map[netip.Addr]bool{}, Names: map[string]string{}}}
+	b := builder{out: policy.APIServer{Addresses: map[netip.Addr]string{}, Endpoints: map[netip.Addr]bool{}, Names: map[string]string{}, Wildcards: map[string]string{}}}
 	for _, obj := range id.slices.List() {
 		if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Namespace == Namespace && s.Name == Name {
 			for _, a := range Addresses(s) {
@@ -255,7 +255,7 @@ func (id *Identity) rebuild() bool {
 }
 
 func equal(a, b policy.APIServer) bool {
-	return maps.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Endpoints, b.Endpoints) && maps.Equal(a.Names, b.Names)
+	return maps.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Endpoints, b.Endpoints) && maps.Equal(a.Names, b.Names) && maps.Equal(a.Wildcards, b.Wildcards)
 }
 
 // builder adds names and addresses, the first source of each kept.
@@ -268,12 +268,21 @@ func (b *builder) addr(a netip.Addr, source string) {
 	}
 }
 
-// host adds an address or a name. A wildcard is a pattern, not a name the
-// API server answers on: it is left out (the exact names come from the
-// other sources).
+// host adds an address, a name, or a wildcard "*.<domain>": the API
+// server answers on every name one label under domain, and the policy
+// refuses each of them as it does its names. A "*" elsewhere in a name is
+// no pattern TLS clients match: it is left out.
 func (b *builder) host(h, source string) {
 	h = strings.TrimSpace(h)
-	if h == "" || h == corev1.ClusterIPNone || strings.Contains(h, "*") {
+	if h == "" || h == corev1.ClusterIPNone {
+		return
+	}
+	if strings.Contains(h, "*") {
+		if d, ok := policy.WildcardDomain(h); ok {
+			if _, seen := b.out.Wildcards[d]; !seen {
+				b.out.Wildcards[d] = source
+			}
+		}
 		return
 	}
 	if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {

@@ -102,14 +102,16 @@ func TestEndpointsFollowTheAPIServersSlice(t *testing.T) {
 // Every source without configuration: the Service's ClusterIPs, the
 // server kubeadm publishes in cluster-info, the approver's own host, the
 // SANs of the certificate the API server presents (a real TLS handshake),
-// and what the caller adds; a wildcard SAN is a pattern, not a name.
+// and what the caller adds; a wildcard SAN is a pattern, kept as the
+// domain it covers, not a name; a "*" elsewhere is no pattern TLS clients
+// match, and is left out.
 func TestIdentityIsLearnedFromEverySource(t *testing.T) {
 	ca, err := testpki.NewCA("cluster CA")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pair, err := ca.Issue(testpki.Serving{CN: "kube-apiserver", Node: "cp-1",
-		DNSNames: []string{"kubernetes.default.svc", "cp-1", "API.Example.com.", "*.apps.example.com"},
+		DNSNames: []string{"kubernetes.default.svc", "cp-1", "API.Example.com.", "*.Apps.example.com.", "f*.example.com"},
 		IPs:      []net.IP{net.ParseIP("127.0.0.1").To4(), net.ParseIP("192.0.2.100").To4()}})
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +142,9 @@ func TestIdentityIsLearnedFromEverySource(t *testing.T) {
 		if got.Names[name] != source {
 			t.Errorf("name %s: source %q, want %q (all: %v)", name, got.Names[name], source, got.Names)
 		}
+	}
+	if !maps.Equal(got.Wildcards, map[string]string{"apps.example.com": apiserver.SourceCertificate}) {
+		t.Errorf("wildcards %v, want apps.example.com from the certificate", got.Wildcards)
 	}
 	// The caller's own knowledge changes (a Cluster's endpoint moved).
 	id.SetExtra(map[string]string{"api-2.example.com": "the Cluster's spec.controlPlaneEndpoint"})

@@ -53,6 +53,15 @@ const (
 	RuleRequestTooLarge      Rule = "RequestTooLarge"
 	RuleTooManySANs          Rule = "TooManySANs"
 	RuleKeyNotAllowed        Rule = "KeyNotAllowed"
+	// DNS SANs no node may have, whatever it reports: not a host name,
+	// a Service's or a Pod's name, outside --allowed-dns-suffixes.
+	RuleDNSSANNotHostname      Rule = "DNSSANNotHostname"
+	RuleDNSSANClusterName      Rule = "DNSSANServiceOrPodName"
+	RuleDNSSANNotAllowedSuffix Rule = "DNSSANOutsideAllowedSuffixes"
+	// IP SANs a Node reported about itself (node inventory): at most
+	// MaxSelfReportedIPs, each inside a node network the cluster knows.
+	RuleTooManySelfReportedIPs Rule = "TooManySelfReportedIPSANs"
+	RuleIPSANSelfReported      Rule = "IPSANSelfReportedOutsideNodeNetworks"
 )
 
 // Bounds on what a request may carry, whatever the node reports: a real
@@ -64,6 +73,10 @@ const (
 	DefaultMaxRequestBytes = 32 << 10
 	MinRSABits             = 2048
 	MaxRSABits             = 8192
+	// DefaultMaxSelfReportedIPs bounds the IP SANs a request takes from
+	// what its node wrote about itself: a kubelet reports one address per
+	// family and type (InternalIP and ExternalIP, IPv4 and IPv6).
+	DefaultMaxSelfReportedIPs = 4
 )
 
 // Config is the operator's policy.
@@ -84,8 +97,22 @@ type Config struct {
 	APIServerHost     func(node string) bool
 	APIServerHostRule string
 	// DenyDNSNames never appear in a SAN (the API server's external names),
-	// compared case-insensitively, trailing dot ignored.
+	// compared case-insensitively, trailing dot ignored; "*.<domain>" is a
+	// pattern that refuses every name one label under domain, as a TLS
+	// client matches it (ParseDenyName validates them).
 	DenyDNSNames []string
+	// AllowedDNSSuffixes, when set, must end every DNS SAN but the node's
+	// own name (domains, normalized, no leading dot: ParseDNSSuffix).
+	AllowedDNSSuffixes []string
+	// NodeNetwork says whether ip lies in a node network the cluster
+	// knows besides AllowedCIDRs (learned from the InternalIPs a cloud
+	// controller wrote for Nodes), and which; nil: none is known. It reads
+	// memory only, as every field here.
+	NodeNetwork func(ip netip.Addr) (netip.Prefix, bool)
+	// MaxSelfReportedIPs bounds the IP SANs of a request that its node
+	// reported about itself (inventory.Entry.SelfReported);
+	// DefaultMaxSelfReportedIPs when 0.
+	MaxSelfReportedIPs int
 	// APIServer is what the approver learned of the API server's own names
 	// and addresses (its certificate, its clients' configuration, its
 	// Service and EndpointSlice): only a node for which APIServerHost holds
@@ -120,6 +147,11 @@ type APIServer struct {
 	Endpoints map[netip.Addr]bool
 	// Names (normalized: lower case, no trailing dot) it answers on.
 	Names map[string]string
+	// Wildcards are the domains under which it answers on every name one
+	// label down: "api.example.com" for a certificate that carries
+	// "*.api.example.com" (normalized). A name a wildcard covers is the
+	// API server's as much as one in Names.
+	Wildcards map[string]string
 }
 
 // NormalizeDNS is how DNS compares names: case-insensitively, with or
@@ -203,10 +235,15 @@ var rules = []rule{
 	{name: RuleTooManySANs, check: tooManySANs},
 	{name: RuleExpirationTooLong, check: expirationTooLong},
 	{name: RuleSANDenied, check: sanDenied},
+	{name: RuleDNSSANNotHostname, check: dnsSANNotHostname},
+	{name: RuleDNSSANClusterName, check: dnsSANClusterName},
+	{name: RuleDNSSANNotAllowedSuffix, check: dnsSANNotAllowedSuffix},
 	{name: RuleNodeNotInInventory, transient: true, check: nodeNotInInventory},
 	{name: RuleDNSSANNotInInventory, check: dnsSANNotInInventory},
 	{name: RuleIPSANNotInInventory, check: ipSANNotInInventory},
 	{name: RuleIPSANNotAllowed, check: ipSANNotAllowed},
+	{name: RuleTooManySelfReportedIPs, check: tooManySelfReportedIPs},
+	{name: RuleIPSANSelfReported, check: ipSANSelfReported},
 	{name: RuleAddressClaimed, check: addressClaimed},
 }
 
@@ -406,6 +443,57 @@ func sanDenied(e *evaluation) string {
 	return ""
 }
 
+// dnsSANNotHostname refuses a DNS SAN that is no host name (an
+// underscore, a control character, an empty or overlong label): no
+// kubelet has one, and a client's name matching may read it otherwise
+// than the policy. The node's own name passes: the API server validated
+// it as a Node's name.
+func dnsSANNotHostname(e *evaluation) string {
+	for _, dns := range e.req.DNSNames {
+		if isNodeName(dns, e.node) {
+			continue
+		}
+		if why := HostnameProblem(dns); why != "" {
+			return fmt.Sprintf("DNS SAN %q of %s is not a host name: %s", dns, e.node, why)
+		}
+	}
+	return ""
+}
+
+// dnsSANClusterName refuses the names the cluster's DNS gives Services and
+// Pods, in their long and short forms (clusterName), the node's own name
+// included: a certificate for one, signed by the cluster CA, passes for
+// that Service or Pod with every in-cluster client that trusts the CA.
+func dnsSANClusterName(e *evaluation) string {
+	for _, dns := range e.req.DNSNames {
+		if why := clusterName(NormalizeDNS(dns), e.cfg.AllowedDNSSuffixes); why != "" {
+			return fmt.Sprintf("DNS SAN %q of %s is %s", dns, e.node, why)
+		}
+	}
+	return ""
+}
+
+// dnsSANNotAllowedSuffix refuses, when --allowed-dns-suffixes is set, a
+// DNS SAN under none of them; the node's own name is proven by its
+// credentials.
+func dnsSANNotAllowedSuffix(e *evaluation) string {
+	allowed := e.cfg.AllowedDNSSuffixes
+	if len(allowed) == 0 {
+		return ""
+	}
+	for _, dns := range e.req.DNSNames {
+		if isNodeName(dns, e.node) {
+			continue
+		}
+		if _, ok := underSuffix(NormalizeDNS(dns), allowed); !ok {
+			return fmt.Sprintf("DNS SAN %q of %s is under none of --allowed-dns-suffixes %v; add its domain there if it is a host domain of yours", dns, e.node, allowed)
+		}
+	}
+	return ""
+}
+
+func isNodeName(dns, node string) bool { return NormalizeDNS(dns) == NormalizeDNS(node) }
+
 func nodeNotInInventory(e *evaluation) string {
 	entry, found := e.inv.Lookup(e.node)
 	if !found {
@@ -442,6 +530,52 @@ func ipSANNotAllowed(e *evaluation) string {
 		if !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			return fmt.Sprintf("%s is outside --allowed-cidrs %v", ip, allowed)
 		}
+	}
+	return ""
+}
+
+// tooManySelfReportedIPs bounds the IP SANs taken from what the node wrote
+// about itself (node inventory): a node reporting many addresses it does
+// not own asks for a certificate for each of them.
+func tooManySelfReportedIPs(e *evaluation) string {
+	self := e.entry.SelfReported
+	if len(self) == 0 {
+		return ""
+	}
+	n := 0
+	for _, ip := range e.ips {
+		if slices.Contains(self, ip) {
+			n++
+		}
+	}
+	if limit := orDefault(e.cfg.MaxSelfReportedIPs, DefaultMaxSelfReportedIPs); n > limit {
+		return fmt.Sprintf("%d IP SANs that %s reported about itself (its status addresses written by no cloud controller of --cloud-controller-managers), at most %d (--max-self-reported-ips)", n, e.node, limit)
+	}
+	return ""
+}
+
+// ipSANSelfReported refuses an IP SAN that the node reported about itself
+// (node inventory) outside every node network the cluster knows:
+// --allowed-cidrs, a network in which a cloud controller wrote a Node's
+// InternalIP, or the addresses the node first reported (its registration,
+// as the approver saw it). A node may report any address; an address in
+// none of those is as likely a load balancer's or an outside service's.
+func ipSANSelfReported(e *evaluation) string {
+	self := e.entry.SelfReported
+	for _, ip := range e.ips {
+		if !slices.Contains(self, ip) || slices.Contains(e.entry.Registered, ip) {
+			continue
+		}
+		if slices.ContainsFunc(e.cfg.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			continue
+		}
+		if e.cfg.NodeNetwork != nil {
+			if _, ok := e.cfg.NodeNetwork(ip); ok {
+				continue
+			}
+		}
+		return fmt.Sprintf("%s was reported by %s about itself (written by no cloud controller of --cloud-controller-managers) and lies in no node network the cluster knows: not in --allowed-cidrs, not in %s (no cloud controller wrote a Node's InternalIP in it), not among the addresses %s first reported %v; list the nodes' network in --allowed-cidrs",
+			ip, e.node, inventory.LearnedNetwork(ip), e.node, e.entry.Registered)
 	}
 	return ""
 }
@@ -564,15 +698,27 @@ func (h apiServerHost) hosts() (bool, string) {
 	return h.cfg.APIServerHost(h.node), h.cfg.APIServerHostRule
 }
 
+// refusesName applies the rule to the API server's names and to every
+// name its certificate's wildcards cover ("prod.api.example.com" under
+// "*.api.example.com"): clients reaching the API server by such a name
+// take a certificate for it, signed by the cluster CA, for the API
+// server's.
 func (h apiServerHost) refusesName(dns string) string {
 	n := NormalizeDNS(dns)
+	what := "an API server name"
 	source, ok := h.cfg.APIServer.Names[n]
+	if !ok && len(h.cfg.APIServer.Wildcards) > 0 {
+		parent := parentDomain(n)
+		if source, ok = h.cfg.APIServer.Wildcards[parent]; ok {
+			what = "an API server name under its wildcard *." + parent
+		}
+	}
 	if !ok {
 		return ""
 	}
 	hosts, rule := h.hosts()
 	if !hosts {
-		return fmt.Sprintf("an API server name (%s); only a node that hosts an API server may have its own (%s), and %s does not", source, rule, h.node)
+		return fmt.Sprintf("%s (%s); only a node that hosts an API server may have its own (%s), and %s does not", what, source, rule, h.node)
 	}
 	if n == NormalizeDNS(h.node) {
 		return ""
@@ -580,7 +726,7 @@ func (h apiServerHost) refusesName(dns string) string {
 	if own, known := h.own(); known && slices.ContainsFunc(own.DNSNames, func(o string) bool { return NormalizeDNS(o) == n }) {
 		return ""
 	}
-	return fmt.Sprintf("an API server name (%s) and not %s's own: neither its node name nor recorded for it before it was labelled as an API server host", source, h.node)
+	return fmt.Sprintf("%s (%s) and not %s's own: neither its node name nor recorded for it before it was labelled as an API server host", what, source, h.node)
 }
 
 func (h apiServerHost) refusesAddress(ip netip.Addr) string {
@@ -649,8 +795,12 @@ func dnsRecorded(dns, node string, recorded []string) bool {
 func deniedDNS(dns string, cfg Config) string {
 	n := NormalizeDNS(dns)
 	for _, d := range cfg.DenyDNSNames {
-		if n == NormalizeDNS(d) {
+		d = NormalizeDNS(d)
+		if n == d {
 			return "an API server name (--apiserver-names)"
+		}
+		if wildcardCovers(d, n) {
+			return "an API server name (--apiserver-names " + d + ")"
 		}
 	}
 	if _, err := netip.ParseAddr(n); err == nil {

@@ -268,6 +268,7 @@ func TestEvaluate(t *testing.T) {
 		{name: "the API server's external name (--apiserver-names), case and dot aside", req: testpki.Request{Node: "evil", DNSNames: []string{"API.example.com."}},
 			cfg: &policy.Config{DenyDNSNames: []string{"api.example.com"}}, want: policy.RuleSANDenied, wantMsg: "--apiserver-names"},
 	}
+	cases = append(cases, secondRingCases()...)
 	// The deny list wins even when the inventory records the value.
 	for _, d := range []struct{ name, dns, ip string }{
 		{name: "kubernetes", dns: "kubernetes"},
