@@ -70,6 +70,9 @@ func runAgent(ctx context.Context, args []string) int {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(gcPercent)
 	}
+	if soft := goMemoryLimit(os.LookupEnv, cgroupRoot); soft > 0 {
+		logger.V(1).Info("Go memory limit from the container's", "bytes", soft)
+	}
 
 	restCfg, err := kf.config("certready-agent/" + version)
 	if err != nil {
