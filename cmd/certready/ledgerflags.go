@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
@@ -16,8 +18,8 @@ type ledgerFlags struct {
 
 func (l *ledgerFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&l.sinks, "ledger", ledger.SinkStdout, "Decision ledger sinks, comma-separated: stdout (JSON lines on standard output; logs go to standard error), file:<absolute path> (rotated by size), or none (docs/ledger.md).")
-	fs.IntVar(&l.maxSize, "ledger-max-size", 100, "Ledger file sink: rotate the file at this size in MiB.")
-	fs.IntVar(&l.maxBackups, "ledger-max-backups", 5, "Ledger file sink: rotated files to keep.")
+	fs.IntVar(&l.maxSize, "ledger-max-size", ledger.DefaultMaxSizeMB, "Ledger file sink: rotate the file at this size in MiB (at least 1).")
+	fs.IntVar(&l.maxBackups, "ledger-max-backups", ledger.DefaultMaxBackups, "Ledger file sink: rotated files to keep beside it, at most (at least 1; the oldest beyond are removed).")
 }
 
 // build returns the ledger (nil for none); reg receives its metrics.
@@ -25,6 +27,14 @@ func (l *ledgerFlags) build(component, actor string, reg prometheus.Registerer) 
 	sinks, err := ledger.ParseSinks(l.sinks)
 	if err != nil {
 		return nil, err
+	}
+	// Bounded: a rotated file is kept only up to the bound, and the file
+	// is rotated at all.
+	if l.maxSize < 1 {
+		return nil, fmt.Errorf("--ledger-max-size=%d: want at least 1 (MiB)", l.maxSize)
+	}
+	if l.maxBackups < 1 {
+		return nil, fmt.Errorf("--ledger-max-backups=%d: want at least 1 rotated file kept (the oldest beyond it are removed)", l.maxBackups)
 	}
 	return ledger.New(ledger.Config{Sinks: sinks, MaxSizeMB: l.maxSize, MaxBackups: l.maxBackups,
 		Component: component, Actor: actor, Version: version}, reg)

@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"gopkg.in/natefinch/lumberjack.v2"
 	"k8s.io/klog/v2"
 )
 
@@ -81,6 +79,11 @@ type Record struct {
 	PreviousSHA256   string     `json:"previous_certificate_sha256,omitempty"`
 	PreviousNotAfter *time.Time `json:"previous_not_after,omitempty"`
 
+	// Truncated names the fields shortened to keep the line under
+	// MaxLineBytes, each with how much was left out: bytes of a text (which
+	// then ends in "…"), entries of a list (its first ones are kept).
+	Truncated map[string]int `json:"truncated,omitempty"`
+
 	// Key tells apart records that share every identifying field but are
 	// distinct events (two verdict changes to the same state): the caller
 	// sets it to something fixed for the event, such as its transition
@@ -111,12 +114,19 @@ const (
 	sinkQueue = "queue"
 )
 
+// Defaults of the file sink's rotation.
+const (
+	DefaultMaxSizeMB  = 100
+	DefaultMaxBackups = 5
+)
+
 // Config configures a Ledger.
 type Config struct {
 	// Sinks: "stdout" and/or "file:<absolute path>"; none: no ledger.
 	Sinks []string
-	// File rotation: the file is rotated at MaxSizeMB, and MaxBackups
-	// rotated files are kept.
+	// File rotation: the file is rotated at MaxSizeMB, and at most
+	// MaxBackups rotated files are kept (0: the defaults; below 0 is an
+	// error).
 	MaxSizeMB, MaxBackups int
 	// Component, Actor and Version fill every record.
 	Component, Actor, Version string
@@ -167,6 +177,7 @@ type Ledger struct {
 	cluster string
 
 	written, failed *prometheus.CounterVec
+	truncated       prometheus.Counter
 }
 
 // New builds a ledger over cfg's sinks, or returns nil when there are
@@ -177,6 +188,15 @@ func New(cfg Config, reg prometheus.Registerer) (*Ledger, error) {
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 1024
+	}
+	if cfg.MaxSizeMB < 0 || cfg.MaxBackups < 0 {
+		return nil, fmt.Errorf("--ledger-max-size=%d, --ledger-max-backups=%d: want at least 1 MiB and 1 backup", cfg.MaxSizeMB, cfg.MaxBackups)
+	}
+	if cfg.MaxSizeMB == 0 {
+		cfg.MaxSizeMB = DefaultMaxSizeMB
+	}
+	if cfg.MaxBackups == 0 {
+		cfg.MaxBackups = DefaultMaxBackups
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
@@ -192,17 +212,23 @@ func New(cfg Config, reg prometheus.Registerer) (*Ledger, error) {
 			Name: "certready_ledger_write_failures_total",
 			Help: "Decision ledger records not written, by sink (stdout, file; queue: the writer fell behind and the record was lost before any sink).",
 		}, []string{"sink"}),
+		truncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "certready_ledger_records_truncated_total",
+			Help: "Decision ledger records whose long fields were shortened to keep the line under 16 KiB, where container runtimes split log lines (the record's truncated field names them).",
+		}),
 	}
 	for _, s := range cfg.Sinks {
 		if s == SinkStdout {
 			l.sinks = append(l.sinks, sink{name: SinkStdout, w: cfg.Stdout})
 			continue
 		}
-		path := strings.TrimPrefix(s, SinkFile+":")
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return nil, fmt.Errorf("--ledger: file sink %s: %w", path, err)
+		f, err := openFileSink(strings.TrimPrefix(s, SinkFile+":"), int64(cfg.MaxSizeMB)<<20, cfg.MaxBackups)
+		if err != nil {
+			for _, c := range l.closers {
+				_ = c.Close()
+			}
+			return nil, err
 		}
-		f := &lumberjack.Logger{Filename: path, MaxSize: max(cfg.MaxSizeMB, 1), MaxBackups: cfg.MaxBackups}
 		l.sinks = append(l.sinks, sink{name: SinkFile, w: f})
 		l.closers = append(l.closers, f)
 	}
@@ -213,7 +239,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Ledger, error) {
 		l.written.WithLabelValues(s.name)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{l.written, l.failed} {
+		for _, c := range []prometheus.Collector{l.written, l.failed, l.truncated} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -285,14 +311,17 @@ func (l *Ledger) Run(ctx context.Context) {
 }
 
 func (l *Ledger) write(r Record) {
-	line, err := json.Marshal(r)
-	if err != nil { // not with these field types; counted all the same
+	line, shortened, err := encode(r)
+	if err != nil { // a record that cannot fit: counted, never written in part
 		for _, s := range l.sinks {
 			l.failed.WithLabelValues(s.name).Inc()
 		}
+		klog.Background().Error(err, "Decision ledger record not written", "eventID", r.EventID, "action", r.Action)
 		return
 	}
-	line = append(line, '\n')
+	if shortened {
+		l.truncated.Inc()
+	}
 	for _, s := range l.sinks {
 		if _, err := s.w.Write(line); err != nil {
 			l.failed.WithLabelValues(s.name).Inc()
