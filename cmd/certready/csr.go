@@ -116,7 +116,7 @@ func printCSRs(w io.Writer, output string, rows []fleet.CSRRow, now time.Time) e
 		if r.Certificate != nil {
 			notAfter = names.Stamp(r.Certificate.NotAfter)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Node), shortDuration(now.Sub(r.Created)), r.Stage, dash(r.Rule), notAfter)
+		row(tw, r.Name, dash(r.Node), shortDuration(now.Sub(r.Created)), r.Stage, dash(r.Rule), notAfter)
 	}
 	return tw.Flush()
 }
@@ -352,32 +352,32 @@ func requestView(csr *certv1.CertificateSigningRequest, req *x509.CertificateReq
 func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	c := ex.CSR
-	fmt.Fprintf(tw, "Name:\t%s (uid %s)\n", c.Name, c.UID)
-	fmt.Fprintf(tw, "Requester:\t%s\n", c.Requester)
-	fmt.Fprintf(tw, "Node:\t%s\n", dash(c.Node))
-	fmt.Fprintf(tw, "Created:\t%s (%s ago)\n", names.Stamp(c.Created), shortDuration(now.Sub(c.Created)))
-	fmt.Fprintf(tw, "Stage:\t%s\n", c.Stage)
+	row(tw, "Name:", fmt.Sprintf("%s (uid %s)", c.Name, c.UID))
+	row(tw, "Requester:", c.Requester)
+	row(tw, "Node:", dash(c.Node))
+	row(tw, "Created:", fmt.Sprintf("%s (%s ago)", names.Stamp(c.Created), shortDuration(now.Sub(c.Created))))
+	row(tw, "Stage:", c.Stage)
 	if c.Rule != "" {
-		fmt.Fprintf(tw, "Recorded rule:\t%s\n", c.Rule)
-		fmt.Fprintf(tw, "Recorded message:\t%s\n", c.Message)
+		row(tw, "Recorded rule:", c.Rule)
+		row(tw, "Recorded message:", c.Message)
 	}
 	if r := ex.Request; r != nil {
-		fmt.Fprintln(tw, "Request:\t")
+		row(tw, "Request:", "")
 		if r.Subject == "" {
-			fmt.Fprintln(tw, "  (not decoded)\tnot one PEM certificate request within the size bound")
+			row(tw, "  (not decoded)", "not one PEM certificate request within the size bound")
 		} else {
-			fmt.Fprintf(tw, "  Subject:\t%s\n", r.Subject)
-			fmt.Fprintf(tw, "  DNS SANs:\t%s\n", dash(strings.Join(r.DNSNames, ", ")))
-			fmt.Fprintf(tw, "  IP SANs:\t%s\n", dash(strings.Join(r.IPAddresses, ", ")))
+			row(tw, "  Subject:", r.Subject)
+			row(tw, "  DNS SANs:", dash(strings.Join(r.DNSNames, ", ")))
+			row(tw, "  IP SANs:", dash(strings.Join(r.IPAddresses, ", ")))
 			if len(r.EmailAddresses)+len(r.URIs) > 0 {
-				fmt.Fprintf(tw, "  Email/URI SANs:\t%s\n", strings.Join(append(append([]string{}, r.EmailAddresses...), r.URIs...), ", "))
+				row(tw, "  Email/URI SANs:", strings.Join(append(append([]string{}, r.EmailAddresses...), r.URIs...), ", "))
 			}
-			fmt.Fprintf(tw, "  Key:\t%s\n", r.Key)
+			row(tw, "  Key:", r.Key)
 		}
-		fmt.Fprintf(tw, "  Usages:\t%s\n", strings.Join(r.Usages, ", "))
-		fmt.Fprintf(tw, "  Groups:\t%s\n", strings.Join(r.Groups, ", "))
+		row(tw, "  Usages:", strings.Join(r.Usages, ", "))
+		row(tw, "  Groups:", strings.Join(r.Groups, ", "))
 		if r.ExpirationSeconds != nil {
-			fmt.Fprintf(tw, "  Expiration:\t%ds\n", *r.ExpirationSeconds)
+			row(tw, "  Expiration:", fmt.Sprintf("%ds", *r.ExpirationSeconds))
 		}
 	}
 	verdict := "APPROVE"
@@ -387,18 +387,18 @@ func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
 			verdict += ", retried: waiting may change it"
 		}
 	}
-	fmt.Fprintf(tw, "Policy now:\t%s\n", verdict)
-	fmt.Fprintf(tw, "  Why:\t%s\n", ex.Decision.Message)
-	fmt.Fprintf(tw, "  Configured by:\t%s\n", ex.ApproverConfig)
+	row(tw, "Policy now:", verdict)
+	row(tw, "  Why:", ex.Decision.Message)
+	row(tw, "  Configured by:", ex.ApproverConfig)
 	if c.Stage != fleet.StagePending {
-		fmt.Fprintf(tw, "  Note:\tthe approver decides pending requests only; this is what it would decide were this one pending\n")
+		row(tw, "  Note:", "the approver decides pending requests only; this is what it would decide were this one pending")
 	}
 	if ic := c.Certificate; ic != nil {
-		fmt.Fprintln(tw, "Certificate:\t")
-		fmt.Fprintf(tw, "  SHA-256:\t%s\n", ic.Fingerprint)
-		fmt.Fprintf(tw, "  Valid:\t%s to %s\n", names.Stamp(ic.NotBefore), names.Stamp(ic.NotAfter))
-		fmt.Fprintf(tw, "  Subject:\t%s\n", ic.Subject)
-		fmt.Fprintf(tw, "  SANs:\t%s\n", strings.Join(append(append([]string{}, ic.DNSNames...), ic.IPAddresses...), ", "))
+		row(tw, "Certificate:", "")
+		row(tw, "  SHA-256:", ic.Fingerprint)
+		row(tw, "  Valid:", fmt.Sprintf("%s to %s", names.Stamp(ic.NotBefore), names.Stamp(ic.NotAfter)))
+		row(tw, "  Subject:", ic.Subject)
+		row(tw, "  SANs:", strings.Join(append(append([]string{}, ic.DNSNames...), ic.IPAddresses...), ", "))
 	}
 	return tw.Flush()
 }

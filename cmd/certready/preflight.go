@@ -96,16 +96,16 @@ func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rul
 		fmt.Fprintln(w, "NODE\tIF THE RULE IS CREATED NOW\tWHY")
 	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", r.Node, r.Outcome, r.Why)
+		row(w, r.Node, string(r.Outcome), r.Why)
 	}
 	if err := w.Flush(); err != nil || noHeaders {
 		return err
 	}
 	if blocking > 0 {
 		fmt.Fprintf(out, "\n%d of %d nodes would stay tainted %s (no new pods) once NodeReadinessRule %s exists.\n"+
-			"Fix them, or exclude them first: kubectl label node <name> %s=true\n", blocking, len(rows), rule.Taint.ToString(), rule.Name, fleet.OptOutLabel)
+			"Fix them, or exclude them first: kubectl label node <name> %s=true\n", blocking, len(rows), fleet.Escape(rule.Taint.ToString()), fleet.Escape(rule.Name), fleet.OptOutLabel)
 	} else {
-		fmt.Fprintf(out, "\nNo node would stay tainted: NodeReadinessRule %s is safe to create now.\n", rule.Name)
+		fmt.Fprintf(out, "\nNo node would stay tainted: NodeReadinessRule %s is safe to create now.\n", fleet.Escape(rule.Name))
 	}
 	return nil
 }

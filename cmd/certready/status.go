@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -149,11 +150,11 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 				expires = "expired"
 			}
 		}
-		line := fmt.Sprintf("%s\t%v\t%s\t%s\t%s\t%s\t%s\t%v\t%s", r.Node, r.Ready, status, dash(r.Reason), age, expires, dash(r.CSR), r.Tainted, dash(strings.Join(r.Completed, ",")))
+		cells := []string{r.Node, strconv.FormatBool(r.Ready), status, dash(r.Reason), age, expires, dash(r.CSR), strconv.FormatBool(r.Tainted), dash(strings.Join(r.Completed, ","))}
 		if output == "wide" {
-			line += "\t" + dash(r.Problem) + "\t" + dash(r.Message)
+			cells = append(cells, dash(r.Problem), dash(r.Message))
 		}
-		fmt.Fprintln(tw, line)
+		row(tw, cells...)
 	}
 	return tw.Flush()
 }
@@ -172,6 +173,18 @@ func printDocument(w io.Writer, output string, doc any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(doc)
+}
+
+// row writes one line of a table (or of text in columns): its cells
+// tab-separated, each escaped, for they hold what the cluster says
+// (fleet.Escape: no control character reaches the terminal, none fakes a
+// cell or a row).
+func row(w io.Writer, cells ...string) {
+	escaped := make([]string, len(cells))
+	for i, c := range cells {
+		escaped[i] = fleet.Escape(c)
+	}
+	fmt.Fprintln(w, strings.Join(escaped, "\t"))
 }
 
 func dash(s string) string {

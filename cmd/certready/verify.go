@@ -133,7 +133,7 @@ func printVerify(w io.Writer, output string, rows []fleet.Verification) error {
 		if r.After != nil {
 			after, notAfter = r.After.Short(), r.After.NotAfter
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, result, before, after, notAfter, r.Reason)
+		row(tw, r.Node, result, before, after, notAfter, r.Reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
