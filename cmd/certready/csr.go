@@ -177,7 +177,12 @@ func newCSRExplainCommand() *cobra.Command {
 	fs.DurationVar(&timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
 	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: text.")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr explain: %v\n", err); return exitCode(2) }
+		// Errors quote the approver's Deployment (a flag's value): escaped as
+		// the tables are.
+		fail := func(err error) error {
+			fmt.Fprintf(os.Stderr, "certready csr explain: %s\n", fleet.Escape(err.Error()))
+			return exitCode(2)
+		}
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
