@@ -180,3 +180,19 @@ func TestLimitRates(t *testing.T) {
 		}
 	})
 }
+
+// A connection that never completes its TLS handshake is cut after the
+// header timeout (net/http bounds the handshake by it), whatever the caps.
+func TestSilentConnectionIsCut(t *testing.T) {
+	addr := limitedServer(t, ok, httpserve.Limits{})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if !closedByServer(c, 15*time.Second) {
+		t.Fatal("a connection that sent nothing was kept 15 s")
+	}
+	t.Logf("cut after %v", time.Since(start).Round(100*time.Millisecond))
+}
