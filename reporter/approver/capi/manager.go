@@ -2,8 +2,10 @@ package capi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +51,11 @@ type Config struct {
 	Burst int
 	// Connect builds a workload cluster's client from its kubeconfig
 	// (kubernetes.NewForConfig when nil; tests hand out fakes by host).
+	// The config it gets reads every answer through Limits.
 	Connect func(*rest.Config) (kubernetes.Interface, error)
+	// Limits bound each workload cluster's answers and cache (zero
+	// fields: the defaults).
+	Limits Limits
 }
 
 // Manager serves every selected Cluster: one approver controller per
@@ -70,7 +76,18 @@ type Manager struct {
 
 	mu      sync.Mutex
 	running map[string]*workload // by namespace/name of the Cluster
-	served  prometheus.Gauge
+	// failures holds, by cluster, the attempts to serve it that failed
+	// since its caches last synced, and when the next may start: its
+	// backoff (the queue's own is reset by every reconcile that starts an
+	// attempt, and a tenant's writes to its Cluster or Secret would start
+	// one early).
+	failures map[string]failures
+	failed   *prometheus.CounterVec
+	served   prometheus.Gauge
+	// synced is 1 for a served cluster whose caches synced and whose
+	// controller acts, 0 while it connects or after it failed (retried
+	// with backoff); a cluster no longer served has no series.
+	synced *prometheus.GaugeVec
 }
 
 type workload struct {
@@ -135,11 +152,20 @@ func New(cfg Config, mgmt kubernetes.Interface, dyn dynamic.Interface, recorder 
 	if cfg.Connect == nil {
 		cfg.Connect = func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) }
 	}
-	m := &Manager{cfg: cfg, mgmt: mgmt, dyn: dyn, reg: reg, recorder: recorder, running: map[string]*workload{},
+	cfg.Limits = cfg.Limits.withDefaults()
+	m := &Manager{cfg: cfg, mgmt: mgmt, dyn: dyn, reg: reg, recorder: recorder, running: map[string]*workload{}, failures: map[string]failures{},
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_approver_capi_cluster_failures_total",
+			Help: "Times serving a workload cluster failed (its API server unreachable, too slow, or answering past the bounds), each retried after a backoff.",
+		}, []string{"cluster"}),
 		served: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_approver_capi_clusters",
 			Help: "Workload clusters whose kubelet-serving CSRs this approver is serving (Cluster selected and its kubeconfig Secret present).",
 		}),
+		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_approver_capi_cluster_synced",
+			Help: "1 when the workload cluster's caches synced and its CSRs are being decided; 0 while connecting, or after its API server failed (too large, too slow, unreachable; retried with backoff).",
+		}, []string{"cluster"}),
 	}
 	m.queue = workloop.New(workloop.Config[string]{Name: "certready-capi-clusters", KeyName: "cluster",
 		Failure: "Workload cluster not served; retrying"}, workloop.Errors(m.reconcile))
@@ -153,6 +179,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.reg.Unregister(m.served)
+	if err := m.reg.Register(m.synced); err != nil {
+		return err
+	}
+	defer m.reg.Unregister(m.synced)
+	if err := m.reg.Register(m.failed); err != nil {
+		return err
+	}
+	defer m.reg.Unregister(m.failed)
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(m.dyn, 0)
 	clusterInformer := dynamicinformer.NewFilteredDynamicInformer(m.dyn, ClusterGVR, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(lo *metav1.ListOptions) { lo.LabelSelector = m.cfg.Selector.String() })
@@ -261,6 +295,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 			logger.Info("Cluster gone or no longer selected: no longer serving it")
 			m.stop(key)
 		}
+		m.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -291,6 +326,15 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 		logger.Info("Kubeconfig Secret changed: reconnecting", "secret", secret.Name)
 		m.stop(key)
 	}
+	if cur == nil {
+		m.mu.Lock()
+		wait := time.Until(m.failures[key].next)
+		m.mu.Unlock()
+		if wait > 0 {
+			m.queue.AddAfter(key, wait)
+			return nil
+		}
+	}
 	cfg, err := checkedConfig(secret, cluster)
 	if err != nil {
 		// No connection at all: a refused kubeconfig is never dialled.
@@ -299,29 +343,49 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 		return nil // looked at again when the Secret or the Cluster changes
 	}
 	cfg.UserAgent, cfg.QPS, cfg.Burst = m.cfg.UserAgent, m.cfg.QPS, m.cfg.Burst
+	// A response past a bound fails the whole attempt at once, named in
+	// the log and counted, rather than leaving the informers retrying it
+	// quietly: the cluster comes back after its backoff.
+	wctx, cancel := context.WithCancelCause(ctx)
+	bound(cfg, key, m.cfg.Limits, cancel)
 	client, err := m.cfg.Connect(cfg)
 	if err != nil {
+		cancel(nil)
 		return err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	w := &workload{secretVersion: secret.ResourceVersion, cancel: cancel, done: make(chan struct{}), ranges: ranges.New()}
+	w := &workload{secretVersion: secret.ResourceVersion, cancel: func() { cancel(nil) }, done: make(chan struct{}), ranges: ranges.New()}
 	w.setCluster(cluster)
 	m.mu.Lock()
 	m.running[key] = w
 	m.served.Set(float64(len(m.running)))
+	m.synced.WithLabelValues(key).Set(0)
 	m.mu.Unlock()
+	// Each cluster is served by goroutines of its own: one that fails,
+	// hangs or answers too much never holds up the others. A failure is
+	// retried after the cluster's own backoff, which caches that sync
+	// reset.
 	go func() {
 		defer close(w.done)
-		err := m.serve(klog.NewContext(wctx, logger), ns, name, clusterObj, client, cfg, w)
-		if err != nil && wctx.Err() == nil {
-			logger.Error(err, "Serving the workload cluster stopped; retrying")
+		err := m.serve(klog.NewContext(wctx, logger), ns, name, clusterObj, client, cfg, w, cancel)
+		if cause := context.Cause(wctx); errors.Is(cause, ErrBound) {
+			err = cause
+		}
+		if err != nil && (wctx.Err() == nil || errors.Is(err, ErrBound)) {
 			m.mu.Lock()
 			if m.running[key] == w {
 				delete(m.running, key)
 				m.served.Set(float64(len(m.running)))
+				m.synced.WithLabelValues(key).Set(0)
 			}
+			f := m.failures[key]
+			f.n++
+			retry := backoff(f.n)
+			f.next = time.Now().Add(retry)
+			m.failures[key] = f
 			m.mu.Unlock()
-			m.queue.AddRateLimited(key)
+			m.failed.WithLabelValues(key).Inc()
+			logger.Error(err, "Serving the workload cluster stopped; retrying", "after", retry)
+			m.queue.AddAfter(key, retry)
 		}
 	}()
 	logger.Info("Serving workload cluster", "apiserver", cfg.Host)
@@ -329,12 +393,16 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 }
 
 // serve runs one workload cluster's controller until ctx ends.
-func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, rc *rest.Config, w *workload) error {
+// fail ends it early with its cause (a bound the cluster went past).
+func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, rc *rest.Config, w *workload, fail context.CancelCauseFunc) error {
 	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
 	}))
 	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
 	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{MaxRequestBytes: m.cfg.Controller.Policy.RequestBound()})); err != nil {
+		return err
+	}
+	if err := countCached(csrInformer, m.cfg.Limits.MaxObjects, fail, clusterKey(ns, name)); err != nil {
 		return err
 	}
 	inv := Inventory{Indexer: m.machines.GetIndexer(), Namespace: ns, Cluster: name}
@@ -386,13 +454,64 @@ func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime
 		}
 		return fmt.Errorf("the workload cluster's caches did not sync within 2m (CSRs of %s, the default/kubernetes Service and EndpointSlice, kube-public/cluster-info)", certv1.KubeletServingSignerName)
 	}
+	key := clusterKey(ns, name)
+	m.mu.Lock()
+	if m.running[key] == w {
+		delete(m.failures, key)
+		m.synced.WithLabelValues(key).Set(1)
+	}
+	m.mu.Unlock()
 	return ctrl.Run(ctx)
+}
+
+// failures is a workload cluster's backoff.
+type failures struct {
+	n    int
+	next time.Time
+}
+
+// forget drops what is kept of a Cluster that is gone: its backoff and its
+// series.
+func (m *Manager) forget(key string) {
+	m.mu.Lock()
+	delete(m.failures, key)
+	m.mu.Unlock()
+	m.synced.DeleteLabelValues(key)
+	m.failed.DeleteLabelValues(key)
+}
+
+// backoff is how long a workload cluster waits after its nth failure in a
+// row: 1 s, doubling, at most 5 minutes.
+func backoff(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// countCached fails ctx (cancel) once the informer caches more than max
+// objects: the cluster is let go and retried, its cache dropped. Counted
+// by the informer's own add and delete notifications, O(1) each.
+func countCached(inf cache.SharedIndexInformer, max int, cancel context.CancelCauseFunc, cluster string) error {
+	var n atomic.Int64
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) {
+			if n.Add(1) > int64(max) {
+				cancel(fmt.Errorf("workload cluster %s: %w: more than %d kubelet-serving CSRs cached", cluster, ErrBound, max))
+			}
+		},
+		DeleteFunc: func(any) { n.Add(-1) },
+	})
+	return err
 }
 
 func (m *Manager) stop(key string) {
 	m.mu.Lock()
 	w := m.running[key]
 	delete(m.running, key)
+	delete(m.failures, key)
+	m.synced.DeleteLabelValues(key)
 	m.served.Set(float64(len(m.running)))
 	m.mu.Unlock()
 	if w != nil {
