@@ -128,6 +128,10 @@ type managerEnv struct {
 	mu       sync.Mutex
 	byHost   map[string]*fake.Clientset
 	connects map[string]int
+	// real holds the hosts reached by a real client (the config the
+	// manager built, bounds included), not a fake.
+	real   map[string]bool
+	limits capi.Limits
 }
 
 func newManagerEnv(t *testing.T) *managerEnv {
@@ -144,9 +148,14 @@ func (e *managerEnv) start(selector labels.Selector, objs []runtime.Object, secr
 		map[schema.GroupVersionResource]string{capi.ClusterGVR: "ClusterList", capi.MachineGVR: "MachineList"}, objs...)
 	m := capi.New(capi.Config{
 		Selector: selector,
+		Limits:   e.limits,
 		Connect: func(c *rest.Config) (kubernetes.Interface, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
+			if e.real[c.Host] {
+				e.connects[c.Host]++
+				return kubernetes.NewForConfig(c)
+			}
 			cs, ok := e.byHost[c.Host]
 			if !ok {
 				return nil, fmt.Errorf("no workload cluster at %s", c.Host)
