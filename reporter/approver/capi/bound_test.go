@@ -122,7 +122,6 @@ func (h *hostileAPIServer) stream(w http.ResponseWriter, r *http.Request, watchi
 	}
 }
 
-
 // serveHostile runs h over TLS on loopback with a certificate of the
 // workload clusters' CA; it returns the server URL.
 func serveHostile(t *testing.T, h http.Handler) string {
