@@ -35,6 +35,7 @@ var commandLineOnly = map[string]string{
 	"metrics-auth-cache-ttl":          "extends how long a revoked token keeps reading /metrics",
 	"max-connections":                 "raises the connection cap of the host-network ports",
 	"max-connections-per-source":      "raises the connection cap of the host-network ports",
+	"metrics-handshake-rate":          "raises the connection cap of the host-network ports",
 	"profiling":                       "exposes Go's profiles on the metrics port",
 	"inventory":                       "chooses what the approver believes a node owns",
 	"cluster-api":                     "chooses whose credentials the approver uses",
