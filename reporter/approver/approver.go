@@ -82,6 +82,10 @@ type Options struct {
 	// SharedAddressesOK turns off the refusal of an address that several
 	// Nodes report (nodes behind one NAT address, for one).
 	SharedAddressesOK bool
+	// CloudControllers are the field managers whose writes of a Node's
+	// status.addresses are the infrastructure's word (node inventory):
+	// trim.NodeOptions.CloudControllers.
+	CloudControllers []string
 	// EventClient records events (nil: the main client). A client of its
 	// own gives events their own client-side rate limit.
 	EventClient kubernetes.Interface
@@ -95,6 +99,31 @@ type Options struct {
 
 // DefaultAPIServerHostLabel is the control-plane role label kubeadm sets.
 const DefaultAPIServerHostLabel = "node-role.kubernetes.io/control-plane"
+
+// DefaultCloudControllers are the field managers of the cloud controllers
+// that write Nodes' addresses, as the API server names them (a client's
+// field manager is its binary's name, the user agent's first part):
+// cloud-controller-manager (k8s.io/cloud-provider's own, and the GCP and
+// Azure providers' binaries), aws-, openstack- and
+// vsphere-cloud-controller-manager. Azure's cloud-node-manager is left
+// out: it runs on each node, with a token that node's root holds.
+var DefaultCloudControllers = []string{"cloud-controller-manager", "aws-cloud-controller-manager", "openstack-cloud-controller-manager", "vsphere-cloud-controller-manager"}
+
+// ValidateCloudControllers refuses field manager names that would make
+// the node's own word the infrastructure's: empty names and the kubelet.
+func ValidateCloudControllers(managers []string) error {
+	for _, m := range managers {
+		switch {
+		case strings.TrimSpace(m) == "":
+			return errors.New("an empty field manager name; list cloud controllers' field managers, or set the flag to \"\" for none")
+		case m == "kubelet":
+			return errors.New("kubelet writes a node's own word about its addresses; list only cloud controllers' field managers")
+		case len(m) > 128:
+			return fmt.Errorf("field manager %q is longer than 128 characters, which the API server never records", m)
+		}
+	}
+	return nil
+}
 
 // ValidateAPIServerHostLabel refuses a label a kubelet could set on its
 // own Node: it would let any node vouch for itself as an API server host.
@@ -264,7 +293,7 @@ func newCaches(client kubernetes.Interface, o Options) (*caches, error) {
 		return nil, err
 	}
 	nodes := c.node.Informer()
-	if err := nodes.SetTransform(trim.Node(o.ConditionType)); err != nil {
+	if err := nodes.SetTransform(trim.NodeWith(trim.NodeOptions{Conditions: []corev1.NodeConditionType{o.ConditionType}, CloudControllers: o.CloudControllers})); err != nil {
 		return nil, err
 	}
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -300,14 +329,31 @@ func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches,
 	if o.SharedAddressesOK {
 		addressIndex = nil
 	}
+	networks := inventory.NewNetworks()
 	inv, watch, err := inventory.FromSpec(client, o.InventorySpec, inventory.Nodes{
 		Lister: c.node.Lister(), Indexer: addressIndex, NamesIndexer: nodes.GetIndexer(),
-		Count: func() int { return int(c.nodeCount.Load()) },
+		Count:      func() int { return int(c.nodeCount.Load()) },
+		Registered: networks.Registered,
 	})
 	if err != nil {
 		return evidence{}, err
 	}
 	o.Controller.Inventory = inv
+	if _, ok := inv.(inventory.Nodes); ok {
+		// What a Node reports about itself is checked against the node
+		// networks the cluster knows; a network learned once the caches
+		// synced (a cloud controller wrote a Node's InternalIP in a new
+		// one) re-evaluates the pending CSRs.
+		networks.Learn = func() {
+			if nodes.HasSynced() {
+				enqueueAll()
+			}
+		}
+		if _, err := nodes.AddEventHandler(networks.Handler()); err != nil {
+			return evidence{}, err
+		}
+		o.Controller.Policy.NodeNetwork = networks.Learned
+	}
 	// The API server's own names and addresses are never approved but to
 	// a node that hosts it, and only its own; a change re-evaluates the
 	// pending CSRs.
@@ -354,9 +400,10 @@ func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches,
 }
 
 // reevaluateOnNodeChanges re-evaluates a node's pending CSRs when its
-// addresses change (its inventory in node mode) or when it gains or loses
-// the API server host label (the installer labels a control-plane node
-// after its kubelet first asked), and keeps hosts current.
+// addresses or who wrote them change (its inventory in node mode) or when
+// it gains or loses the API server host label (the installer labels a
+// control-plane node after its kubelet first asked), and keeps hosts
+// current.
 func reevaluateOnNodeChanges(nodes cache.SharedIndexInformer, ctrl *controller.Controller, hosts *apiserver.Hosts, hostLabel string) error {
 	_, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -368,7 +415,8 @@ func reevaluateOnNodeChanges(nodes cache.SharedIndexInformer, ctrl *controller.C
 			hosts.Observe(o, n)
 			_, was := o.Labels[hostLabel]
 			_, is := n.Labels[hostLabel]
-			if !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) || (hostLabel != "" && was != is) {
+			infra := o.Annotations[trim.InfrastructureAddressTypes] != n.Annotations[trim.InfrastructureAddressTypes]
+			if infra || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) || (hostLabel != "" && was != is) {
 				ctrl.EnqueueNode(n.Name)
 			}
 		},
