@@ -34,6 +34,7 @@ import (
 type approverFlags struct {
 	o                                     approver.Options
 	allowed, denied, apiIPs               []string
+	apiNames, dnsSuffixes                 []string
 	condType                              string
 	capiSelector, startupTaint, softTaint string
 	kubeletCA, addrTypes                  string
@@ -52,7 +53,10 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")
 	fs.StringSliceVar(&f.apiIPs, "apiserver-ips", nil, "API server addresses that are no node's own, never approved as SANs, not even to an API server host. Nothing is needed here for what the approver learns itself: the default/kubernetes Service and EndpointSlice, its own kubeconfig's host, kube-public/cluster-info and the SANs of the certificate the API server presents (approved only to a node labelled --apiserver-host-label, and only its own).")
 	fs.StringVar(&f.o.APIServerHostLabel, "apiserver-host-label", approver.DefaultAPIServerHostLabel, "Label (key) of the Nodes that host an API server: on kubeadm and kind the API server listens on its control-plane node's address, and only such a node may have that address in its serving certificate. Must be one kubelets cannot set on themselves (node-role.kubernetes.io/ or node-restriction.kubernetes.io/). Empty: no node may.")
-	fs.StringSliceVar(&f.o.Controller.Policy.DenyDNSNames, "apiserver-names", nil, "DNS names that are no node's own, never approved as SANs. The API server's names that it presents or that its clients use are learned without this; kubernetes, kubernetes.default* and *.svc* are always refused.")
+	fs.StringSliceVar(&f.apiNames, "apiserver-names", nil, "DNS names that are no node's own, never approved as SANs, not even to an API server host: host names, or patterns *.<domain> (a domain of at least two labels) that refuse every name one label under it, as TLS clients match a wildcard. The API server's names and wildcards that it presents or that its clients use are learned without this; kubernetes, kubernetes.default* and *.svc* are always refused.")
+	fs.StringSliceVar(&f.dnsSuffixes, "allowed-dns-suffixes", nil, "If set, every DNS SAN but the node's own name must be a name under one of these domains (e.g. nodes.example.com; DNSSANOutsideAllowedSuffixes otherwise). A host name of two labels (<host>.<domain>, which pods would resolve as the Service <host> in namespace <domain>) is approved only when its domain is listed here.")
+	fs.StringSliceVar(&f.o.CloudControllers, "cloud-controller-managers", approver.DefaultCloudControllers, "Node inventory: field managers (managedFields) whose writes of a Node's status.addresses are the infrastructure's word; every other address (the kubelet's) is self-reported: it must lie in --allowed-cidrs, in the /24 (IPv6: /64) of an InternalIP one of these managers wrote for a Node, or among the addresses the node first reported, and at most --max-self-reported-ips of them. A field manager's name is chosen by the writer, and a node's credentials can forge it: list only the cloud controllers your cluster runs, or none (--cloud-controller-managers=\"\").")
+	fs.IntVar(&f.o.Controller.Policy.MaxSelfReportedIPs, "max-self-reported-ips", policy.DefaultMaxSelfReportedIPs, "Node inventory: most IP SANs in one request that the node reported about itself (TooManySelfReportedIPSANs above it): a kubelet reports one address per family and type.")
 	fs.BoolVar(&f.o.SharedAddressesOK, "allow-shared-addresses", false, "Node inventory: approve an address that several Nodes report (nodes behind one NAT address). Off: such an address is refused (AddressClaimedByOtherNode), since a node can report any address.")
 	fs.DurationVar(&f.o.Controller.Policy.MaxExpiration, "max-expiration", 365*24*time.Hour, "Largest spec.expirationSeconds approved.")
 	fs.IntVar(&f.o.Controller.Policy.MaxSANs, "max-sans", policy.DefaultMaxSANs, "Most DNS and IP SANs in one request (TooManySANs above it). A kubelet asks for its host name and the addresses in its Node status.")
@@ -111,6 +115,27 @@ func (f *approverFlags) options() (approver.Options, error) {
 	}
 	if f.o.Controller.Policy.DenyCIDRs, err = prefixes("deny-cidrs", f.denied); err != nil {
 		return approver.Options{}, err
+	}
+	pol := &f.o.Controller.Policy
+	for _, s := range f.apiNames {
+		n, err := policy.ParseDenyName(s)
+		if err != nil {
+			return approver.Options{}, fmt.Errorf("--apiserver-names: %w", err)
+		}
+		pol.DenyDNSNames = append(pol.DenyDNSNames, n)
+	}
+	for _, s := range f.dnsSuffixes {
+		d, err := policy.ParseDNSSuffix(s)
+		if err != nil {
+			return approver.Options{}, fmt.Errorf("--allowed-dns-suffixes: %w", err)
+		}
+		pol.AllowedDNSSuffixes = append(pol.AllowedDNSSuffixes, d)
+	}
+	if pol.MaxSelfReportedIPs < 1 {
+		return approver.Options{}, fmt.Errorf("--max-self-reported-ips=%d: want at least 1 (a kubelet asks for the addresses it reports)", pol.MaxSelfReportedIPs)
+	}
+	if err := approver.ValidateCloudControllers(f.o.CloudControllers); err != nil {
+		return approver.Options{}, fmt.Errorf("--cloud-controller-managers: %w", err)
 	}
 	for _, s := range f.apiIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
