@@ -83,7 +83,7 @@ func closedByServer(c net.Conn, within time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(within))
 	_, err := c.Read(make([]byte, 1))
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && (!errors.As(err, &ne) || !ne.Timeout())
 }
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -219,8 +219,9 @@ func (s *fileSink) backups() ([]backup, error) {
 	}
 	var found []backup
 	for _, name := range names {
-		rest, ok := strings.CutPrefix(name, s.prefix)
-		if rest, ok = strings.CutSuffix(rest, s.ext); !ok || name == s.base || len(rest) < len(backupTimeFormat) {
+		rest, hasPrefix := strings.CutPrefix(name, s.prefix)
+		rest, hasExt := strings.CutSuffix(rest, s.ext)
+		if !hasPrefix || !hasExt || name == s.base || len(rest) < len(backupTimeFormat) {
 			continue
 		}
 		stamp, tail := rest[:len(backupTimeFormat)], rest[len(backupTimeFormat):]

@@ -163,6 +163,12 @@ func TestBackupsNeverExceedTheBound(t *testing.T) {
 	if err := os.WriteFile(unrelated, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A file of the folder that looks like a backup but for the name
+	// is never counted or pruned as one of this ledger's.
+	foreign := filepath.Join(dir, "2026-01-01T10-00-00.000.jsonl")
+	if err := os.WriteFile(foreign, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	l, err := New(Config{Sinks: []string{"file:" + path}, MaxSizeMB: 1, MaxBackups: 2}, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +199,9 @@ func TestBackupsNeverExceedTheBound(t *testing.T) {
 	b := backups()
 	if len(b) != 2 || !strings.HasSuffix(b[0], "ledger-2026-12-02T10-00-00.000.3.jsonl") || !strings.HasSuffix(b[1], "ledger-2026-12-02T10-00-00.000.4.jsonl") {
 		t.Errorf("backups %v: want the 2 newest rotations", b)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("a backup of another name was removed: %v", err)
 	}
 	if _, err := os.Stat(unrelated); err != nil {
 		t.Errorf("a file that is no backup was removed: %v", err)

@@ -336,7 +336,7 @@ func TestFilterKeepsRoomForAllowedAnswers(t *testing.T) {
 	rev := scraperReviewer()
 	h := securemetrics.NewFilter(rev, time.Minute, nil).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	ask := func(token string) int {
-		r := httptest.NewRequest("GET", "/metrics", nil)
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 		r.Header.Set("Authorization", "Bearer "+token)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

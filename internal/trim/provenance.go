@@ -28,7 +28,7 @@ func infrastructureTypes(n *corev1.Node, cloud []string) string {
 	writers := map[corev1.NodeAddressType][]string{}
 	var whole []string // managers owning the whole list
 	for _, e := range n.ManagedFields {
-		if e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, addressesKey) {
+		if e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.GetRawBytes(), addressesKey) {
 			continue
 		}
 		types, all, ok := addressWrites(e.FieldsV1)
@@ -66,7 +66,7 @@ func addressWrites(f *metav1.FieldsV1) (types []corev1.NodeAddressType, all, ok 
 			Addresses map[string]json.RawMessage `json:"f:addresses"`
 		} `json:"f:status"`
 	}
-	if err := json.Unmarshal(f.Raw, &doc); err != nil {
+	if err := json.Unmarshal(f.GetRawBytes(), &doc); err != nil {
 		return nil, false, false
 	}
 	addrs := doc.Status.Addresses

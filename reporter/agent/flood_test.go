@@ -196,7 +196,7 @@ func TestConditionIsPublishedDuringAFlood(t *testing.T) {
 			probeFailures++
 			maxProbeFailures = max(maxProbeFailures, probeFailures)
 		}
-		req, _ := http.NewRequest("GET", "https://"+metricsAddr+"/metrics", nil)
+		req, _ := http.NewRequest(http.MethodGet, "https://"+metricsAddr+"/metrics", nil)
 		req.Header.Set("Authorization", "Bearer prom-token")
 		if resp, err := scraper.Do(req); err == nil {
 			resp.Body.Close()
