@@ -38,7 +38,7 @@ func (s *servingFlags) add(fs *pflag.FlagSet, metricsAddr, healthAddr, profiling
 	fs.BoolVar(&s.secure, "metrics-secure", true, "Serve --metrics-addr over TLS, only to callers whose bearer token the API server authenticates (TokenReview) and authorizes to get the path (SubjectAccessReview; RBAC: nonResourceURLs [\"/metrics\"], verbs [\"get\"], the ClusterRole certready-metrics-reader). false: plain HTTP to anyone who can reach the port.")
 	fs.StringVar(&s.certDir, "metrics-cert-dir", "", "--metrics-secure: folder holding "+securemetrics.CertFile+" and "+securemetrics.KeyFile+" (a kubernetes.io/tls Secret, e.g. from cert-manager; read again when they change). Empty: a self-signed certificate made at start.")
 	fs.IntVar(&s.maxConns, "max-connections", httpserve.DefaultMaxConns, "Connections each of --metrics-addr and --health-addr holds at once (an idle TLS connection holds about 30 KiB). When full, a new connection takes the place of the one used longest ago that is not being answered, or is closed. 0: no bound.")
-	fs.IntVar(&s.maxConnsPerSource, "max-connections-per-source", httpserve.DefaultMaxConnsPerSource, "Connections one IP address holds at once on each port; beyond, new ones are closed at accept. 0: no bound.")
+	fs.IntVar(&s.maxConnsPerSource, "max-connections-per-source", httpserve.DefaultMaxConnsPerSource, "Connections one IP address holds at once on the metrics port; beyond, new ones are closed at accept. 0: no bound. (The health port has only --max-connections: the kubelet probes from the address every host-network process of the node shares.)")
 	fs.Float64Var(&s.handshakeRate, "metrics-handshake-rate", httpserve.DefaultHandshakeRate, "--metrics-secure: new connections a second --metrics-addr accepts from all callers (bursts of twice as many); each costs a TLS handshake, about 0.8 ms of CPU. Beyond, closed at accept. 0: no bound.")
 	fs.DurationVar(&s.authTTL, "metrics-auth-cache-ttl", 2*time.Minute, "--metrics-secure: how long a scraper's allowed token is trusted before the API server is asked again (refusals: at most 10s). Every scraper costs two reviews per TTL per process.")
 }
@@ -77,8 +77,9 @@ func (s *servingFlags) limits(reg prometheus.Registerer) (func(overTLS bool) htt
 	conns := httpserve.NewConnMetrics(reg)
 	return func(overTLS bool) httpserve.Limits {
 		l := httpserve.DefaultLimits(overTLS)
-		l.MaxConns, l.MaxConnsPerSource, l.Metrics = s.maxConns, s.maxConnsPerSource, conns
+		l.MaxConns, l.Metrics = s.maxConns, conns
 		if overTLS {
+			l.MaxConnsPerSource = s.maxConnsPerSource
 			l.Rate, l.Burst = s.handshakeRate, int(2*s.handshakeRate)
 		}
 		return l

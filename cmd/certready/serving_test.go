@@ -32,8 +32,8 @@ func TestServingLimitsFromFlags(t *testing.T) {
 		tlsPort.Rate != httpserve.DefaultHandshakeRate || tlsPort.SourceRate != httpserve.DefaultSourceRate || tlsPort.Metrics == nil {
 		t.Errorf("default TLS port limits %+v", tlsPort)
 	}
-	if health.Rate != 0 || health.MaxConns != httpserve.DefaultMaxConns {
-		t.Errorf("default health port limits %+v: want the connection caps and no rate from all sources", health)
+	if health.Rate != 0 || health.MaxConnsPerSource != 0 || health.SourceRate != 0 || health.MaxConns != httpserve.DefaultMaxConns {
+		t.Errorf("default health port limits %+v: want the total cap alone (the kubelet probes from the address every host-network process shares)", health)
 	}
 	limits, err = parseServing(t, "--max-connections=16", "--max-connections-per-source=2", "--metrics-handshake-rate=5").limits(prometheus.NewRegistry())
 	if err != nil {
@@ -41,6 +41,9 @@ func TestServingLimitsFromFlags(t *testing.T) {
 	}
 	if l := limits(true); l.MaxConns != 16 || l.MaxConnsPerSource != 2 || l.Rate != 5 || l.Burst != 10 {
 		t.Errorf("limits from flags %+v", l)
+	}
+	if l := limits(false); l.MaxConns != 16 || l.MaxConnsPerSource != 0 {
+		t.Errorf("health port limits from flags %+v: want --max-connections and no per-source cap", l)
 	}
 	for _, flag := range []string{"max-connections", "max-connections-per-source", "metrics-handshake-rate"} {
 		_, err := parseServing(t, "--"+flag+"=-1").limits(prometheus.NewRegistry())

@@ -67,16 +67,19 @@ const (
 	DefaultHandshakeRate     = 20
 )
 
-// DefaultLimits are the limits of a port served over TLS or not: plain
-// HTTP (the health port, for the kubelet's probes) has no rate from all
-// sources, whose connections cost no handshake and whose refusal would
-// fail the liveness probe.
+// DefaultLimits are the limits of a port served over TLS or not. Plain
+// HTTP (the health port, for the kubelet's probes) has only the total:
+// the kubelet probes from the node's own address, which every
+// host-network process of the node shares, so a per-source cap or rate
+// there would let any of them fail the liveness probe and have the agent
+// restarted; a full port gives the probe, whose request is answered at
+// once, the place of an idle connection.
 func DefaultLimits(overTLS bool) Limits {
-	l := Limits{MaxConns: DefaultMaxConns, MaxConnsPerSource: DefaultMaxConnsPerSource, SourceRate: DefaultSourceRate, SourceBurst: DefaultSourceBurst}
-	if overTLS {
-		l.Rate, l.Burst = DefaultHandshakeRate, 2*DefaultHandshakeRate
+	if !overTLS {
+		return Limits{MaxConns: DefaultMaxConns}
 	}
-	return l
+	return Limits{MaxConns: DefaultMaxConns, MaxConnsPerSource: DefaultMaxConnsPerSource, SourceRate: DefaultSourceRate, SourceBurst: DefaultSourceBurst,
+		Rate: DefaultHandshakeRate, Burst: 2 * DefaultHandshakeRate}
 }
 
 // Reasons a connection is closed by the limits: the label of
@@ -209,7 +212,7 @@ func (l *limitListener) admit(c net.Conn) (lc *limitedConn, evict *limitedConn, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.sources[src]
-	if s == nil {
+	if s == nil && (l.lim.MaxConnsPerSource > 0 || l.lim.SourceRate > 0) {
 		if len(l.sources) >= maxSources {
 			l.dropIdleSources(now)
 		}
@@ -219,10 +222,10 @@ func (l *limitListener) admit(c net.Conn) (lc *limitedConn, evict *limitedConn, 
 		s = &source{}
 		l.sources[src] = s
 	}
-	if l.lim.MaxConnsPerSource > 0 && s.conns >= l.lim.MaxConnsPerSource {
+	if s != nil && l.lim.MaxConnsPerSource > 0 && s.conns >= l.lim.MaxConnsPerSource {
 		return nil, nil, RefusedSource
 	}
-	if !s.bucket.take(now, l.lim.SourceRate, l.lim.SourceBurst) {
+	if s != nil && !s.bucket.take(now, l.lim.SourceRate, l.lim.SourceBurst) {
 		return nil, nil, RefusedSourceRate
 	}
 	if !l.all.take(now, l.lim.Rate, l.lim.Burst) {
@@ -234,7 +237,9 @@ func (l *limitListener) admit(c net.Conn) (lc *limitedConn, evict *limitedConn, 
 		}
 		l.releaseLocked(evict)
 	}
-	s.conns++
+	if s != nil {
+		s.conns++
+	}
 	lc = &limitedConn{Conn: c, ln: l, src: src, lastUsed: now}
 	l.conns[lc] = struct{}{}
 	l.gauge()

@@ -196,3 +196,49 @@ func TestSilentConnectionIsCut(t *testing.T) {
 	}
 	t.Logf("cut after %v", time.Since(start).Round(100*time.Millisecond))
 }
+
+// The kubelet probes the health port from the node's own address, which
+// every host-network process of the node shares: a process there that
+// holds connections and opens new ones as fast as it can never fails the
+// probe. Only the total cap applies, and the probe, answered at once,
+// takes an idle connection's place.
+func TestHealthPortProbeSurvivesItsOwnAddressFlooding(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	lim := httpserve.DefaultLimits(false)
+	lim.MaxConns = 16
+	serve := httpserve.ServeListener(ctx, "health-addr", ln, httpserve.HealthMux(httpserve.NewReadiness("")), nil, lim)
+	done := make(chan error, 1)
+	go func() { done <- serve() }()
+	t.Cleanup(func() { cancel(); <-done })
+	addr := ln.Addr().String()
+	// The neighbour, from 127.0.0.1 like the probe: twice the cap of held
+	// connections, and a burst of new ones.
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for range 2 * lim.MaxConns {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}, Timeout: 5 * time.Second}
+		if c, err := d.Dial("tcp", addr); err == nil {
+			held = append(held, c)
+		}
+	}
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).DialContext}}
+	for i := range 20 {
+		resp, err := probe.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("probe %d from the flooded address: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("probe %d: %d", i, resp.StatusCode)
+		}
+	}
+}
