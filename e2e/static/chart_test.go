@@ -274,7 +274,7 @@ var everyValue = map[string]any{
 		"inventory":           "configmap:platform-certs/nodes",
 		"policy": map[string]any{"allowedCIDRs": []any{"10.0.0.0/8", "fd00::/8"}, "denyCIDRs": []any{"10.9.0.0/16"}, "apiserverIPs": []any{"10.0.0.1"},
 			"apiserverNames": []any{"api.example"}, "allowSharedAddresses": true, "maxExpiration": "720h", "maxPending": 7, "maxSANs": 40, "maxRequestBytes": 16384, "denyOnMismatch": true,
-			"allowedDNSSuffixes": []any{"nodes.example"}, "cloudControllerManagers": []any{}, "maxSelfReportedIPs": 2},
+			"allowedDNSSuffixes": []any{"nodes.example"}, "cloudControllerManagers": []any{"cloud-controller-manager", "aws-cloud-controller-manager"}, "maxSelfReportedIPs": 2},
 		"extraArgs": []any{"--workers=8"},
 		"podLabels": map[string]any{"team": "platform"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
 		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
@@ -424,7 +424,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 	}
 	for _, want := range []string{"--inventory=configmap:platform-certs/nodes", "--allowed-cidrs=10.0.0.0/8,fd00::/8", "--deny-cidrs=10.9.0.0/16", "--apiserver-ips=10.0.0.1",
 		"--apiserver-names=api.example", "--allow-shared-addresses", "--max-expiration=720h", "--max-pending=7", "--max-sans=40", "--max-request-bytes=16384", "--deny-on-mismatch", "--condition-type=ServingCertNotProven", "--workers=8",
-		"--allowed-dns-suffixes=nodes.example", "--cloud-controller-managers=", "--max-self-reported-ips=2"} {
+		"--allowed-dns-suffixes=nodes.example", "--cloud-controller-managers=cloud-controller-manager,aws-cloud-controller-manager", "--max-self-reported-ips=2"} {
 		if !slices.Contains(p.Containers[0].Args, want) {
 			t.Errorf("approver args %q lack %s", p.Containers[0].Args, want)
 		}

@@ -100,14 +100,17 @@ type Options struct {
 // DefaultAPIServerHostLabel is the control-plane role label kubeadm sets.
 const DefaultAPIServerHostLabel = "node-role.kubernetes.io/control-plane"
 
-// DefaultCloudControllers are the field managers of the cloud controllers
+// CommonCloudControllers are the field managers of the cloud controllers
 // that write Nodes' addresses, as the API server names them (a client's
 // field manager is its binary's name, the user agent's first part):
 // cloud-controller-manager (k8s.io/cloud-provider's own, and the GCP and
 // Azure providers' binaries), aws-, openstack- and
 // vsphere-cloud-controller-manager. Azure's cloud-node-manager is left
-// out: it runs on each node, with a token that node's root holds.
-var DefaultCloudControllers = []string{"cloud-controller-manager", "aws-cloud-controller-manager", "openstack-cloud-controller-manager", "vsphere-cloud-controller-manager"}
+// out: it runs on each node, with a token that node's root holds. They are
+// no default: a field manager's name is whatever its writer's user agent
+// says, so a node's own credentials can write its addresses under any of
+// them; naming them is the operator's choice for a cluster that runs one.
+var CommonCloudControllers = []string{"cloud-controller-manager", "aws-cloud-controller-manager", "openstack-cloud-controller-manager", "vsphere-cloud-controller-manager"}
 
 // ValidateCloudControllers refuses field manager names that would make
 // the node's own word the infrastructure's: empty names and the kubelet.

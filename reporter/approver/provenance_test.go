@@ -63,7 +63,7 @@ func TestSelfReportedAddressesThroughTheNodeInformer(t *testing.T) {
 		managedNode("cloud-1", map[corev1.NodeAddressType]string{corev1.NodeInternalIP: "aws-cloud-controller-manager", corev1.NodeExternalIP: "aws-cloud-controller-manager"},
 			ip("10.0.1.5"), ext("203.0.113.5")),
 	)
-	o := Options{InventorySpec: "node", CloudControllers: DefaultCloudControllers, ConditionType: names.ConditionType}
+	o := Options{InventorySpec: "node", CloudControllers: CommonCloudControllers, ConditionType: names.ConditionType}
 	c, err := newCaches(client, o)
 	if err != nil {
 		t.Fatal(err)
