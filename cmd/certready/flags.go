@@ -57,6 +57,12 @@ var commandLineOnly = map[string]string{
 	"csr-retention":                   "loosens the proof a served certificate needs",
 	"kubelet-port":                    "chooses where the kubelet's certificate is looked for",
 	"kubelet-preferred-address-types": "chooses where the kubelet's certificate is looked for",
+	"settle":                          "delays what the agent publishes",
+	"heartbeat":                       "delays what the agent publishes",
+	"stale-after":                     "delays the watchdog that withdraws a stale verdict",
+	"max-clock-skew":                  "loosens the check of the node's clock",
+	"ledger":                          "chooses where the audit records go, or switches them off",
+	"leader-elect":                    "lets several approvers write at once",
 }
 
 // EnvName is the environment variable that backs a flag.
