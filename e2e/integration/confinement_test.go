@@ -138,7 +138,8 @@ func runConfinement(t *testing.T, ctx context.Context, policy string, cases []co
 // The approver's identity may write its two taints exactly as it writes
 // them and nothing else: not the soft taint's key with another effect
 // (NoExecute would evict every pod of the node), nor a taint of either key
-// that an administrator set with another value or effect.
+// that an administrator set with another value or effect; and it lifts the
+// startup taint only from a node whose condition is False.
 func TestApproverNodeWritesOnTheRealAPIServer(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	shippedPolicy(t, ctx, "certready-approver-node-writes")
@@ -185,6 +186,20 @@ func TestApproverNodeWritesOnTheRealAPIServer(t *testing.T) {
 	withSoft := func(value string, effect corev1.TaintEffect) corev1.Taint {
 		return corev1.Taint{Key: soft.Key, Value: value, Effect: effect}
 	}
+	// The agent's verdict, as the administrator writes it here (the
+	// condition-writers policy is not in force in this test).
+	condition := func(status corev1.ConditionStatus) func(bool) error {
+		return func(bool) error {
+			n, err := api.Admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: names.ConditionType, Status: status, Reason: "Integration",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+			_, err = api.Admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		}
+	}
 	runConfinement(t, ctx, "certready-approver-node-writes", []confinementCase{
 		{"the soft taint's key with effect NoExecute", taints(add(withSoft("pending", corev1.TaintEffectNoExecute))), false},
 		{"the soft taint's key with another value", taints(add(withSoft("x", corev1.TaintEffectPreferNoSchedule))), false},
@@ -193,7 +208,11 @@ func TestApproverNodeWritesOnTheRealAPIServer(t *testing.T) {
 		{"another taint added", taints(add(corev1.Taint{Key: "example.com/x", Effect: corev1.TaintEffectNoExecute})), false},
 		{"the soft taint added as the approver writes it", taints(add(soft)), true},
 		{"the soft taint removed", taints(remove(soft)), true},
-		{"the startup taint removed", taints(remove(startup)), true},
+		{"the startup taint removed from a node with no verdict", taints(remove(startup)), false},
+		{"(the agent reports True)", condition(corev1.ConditionTrue), true},
+		{"the startup taint removed from a node not ready", taints(remove(startup)), false},
+		{"(the agent reports False)", condition(corev1.ConditionFalse), true},
+		{"the startup taint removed from a ready node", taints(remove(startup)), true},
 		{"the startup taint added", taints(add(startup)), false},
 	})
 	got, err := api.Admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
