@@ -30,6 +30,9 @@ type Limits struct {
 	// MaxObjects bounds the items of one list response, the events of one
 	// watch connection (twice this: the initial events of a streamed list,
 	// then changes), and the kubelet-serving CSRs cached for the cluster.
+	// A response also holds at most containersPerObject times as many JSON
+	// objects and arrays at any depth: empty ones ([{},{},...] in a field)
+	// decode to far more than their bytes.
 	MaxObjects int
 	// Timeout bounds a request that is not a watch (headers and body),
 	// the wait for a watch's headers, and each watch event once its first
@@ -50,6 +53,9 @@ type Limits struct {
 // TestAHostileWorkloadClusterCannotStarveTheOthers): 32 MiB keeps two
 // hostile tenants at once inside the approver's 256 MiB limit.
 const (
+	// containersPerObject: a kubelet-serving CSR as listed, managedFields
+	// included, holds about 70 JSON objects and arrays.
+	containersPerObject     = 64
 	DefaultMaxResponseBytes = 32 << 20
 	DefaultMaxEventBytes    = 4 << 20
 	DefaultMaxObjects       = 20000
@@ -125,13 +131,16 @@ func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	b := &boundedBody{body: resp.Body, ctx: ctx, cancel: cancel, timer: timer, fail: fail, l: t.l, watching: watching}
+	// Only JSON is measured: a successful answer in any other format (a
+	// protobuf list would be decoded uncounted) is refused.
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusOK && mt != runtime.ContentTypeJSON {
+		timer.Stop()
+		resp.Body.Close()
+		cancel(nil)
+		return nil, fail("answered with Content-Type %q, not the %s asked for", resp.Header.Get("Content-Type"), runtime.ContentTypeJSON)
+	}
 	if watching {
 		timer.Stop() // headers arrived; each event starts its own
-		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode == http.StatusOK && mt != runtime.ContentTypeJSON {
-			resp.Body.Close()
-			cancel(nil)
-			return nil, fail("answered with Content-Type %q, not the %s asked for", resp.Header.Get("Content-Type"), runtime.ContentTypeJSON)
-		}
 	}
 	resp.Body = b
 	resp.ContentLength = -1
@@ -151,14 +160,15 @@ type boundedBody struct {
 	l        Limits
 	watching bool
 
-	mu       sync.Mutex
-	err      error // sticky: the bound this body went past
-	n        int64 // bytes read
-	depth    int   // nesting of the JSON value being read
-	inString bool
-	escaped  bool
-	start    int64 // offset at which the current watch event began
-	objects  int   // list items, or watch events, seen
+	mu         sync.Mutex
+	err        error // sticky: the bound this body went past
+	n          int64 // bytes read
+	depth      int   // nesting of the JSON value being read
+	inString   bool
+	escaped    bool
+	start      int64 // offset after the last complete watch event: what follows is the next event's
+	objects    int   // list items, or watch events, seen
+	containers int   // JSON objects and arrays of a response, at any depth
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -208,8 +218,13 @@ func (b *boundedBody) scan(p []byte) error {
 			b.inString = true
 		case '{', '[':
 			if b.watching && b.depth == 0 {
-				b.start = b.n + int64(i)
 				b.timer.Reset(b.l.Timeout)
+			}
+			if !b.watching {
+				b.containers++
+				if b.containers > containersPerObject*b.l.MaxObjects {
+					return b.fail("the response holds more than %d JSON objects and arrays", containersPerObject*b.l.MaxObjects)
+				}
 			}
 			// A list's items open at depth 2: {"items":[{...
 			if !b.watching && b.depth == 2 && c == '{' {
@@ -228,6 +243,7 @@ func (b *boundedBody) scan(p []byte) error {
 				if b.n+int64(i)+1-b.start > b.l.MaxEventBytes {
 					return b.eventTooLarge()
 				}
+				b.start = b.n + int64(i) + 1
 				b.objects++
 				if b.objects > 2*b.l.MaxObjects {
 					return b.fail("the watch sent more than %d events", 2*b.l.MaxObjects)
@@ -236,7 +252,9 @@ func (b *boundedBody) scan(p []byte) error {
 		}
 	}
 	b.n += int64(len(p))
-	if b.watching && b.depth > 0 && b.n-b.start > b.l.MaxEventBytes {
+	// Whatever the depth: a value at the top (an endless string or number
+	// instead of an object) is held by the framer as whole as an event.
+	if b.watching && b.n-b.start > b.l.MaxEventBytes {
 		return b.eventTooLarge()
 	}
 	return nil

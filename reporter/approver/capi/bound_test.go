@@ -38,9 +38,11 @@ import (
 // would. It counts what it sent.
 type hostileAPIServer struct {
 	// mode: "huge-event" answers the streamed list with one endless
-	// event; "huge-list" and "many" (tiny items) refuse the streamed list,
-	// as API servers before it did, and answer the list; "hang" never
-	// answers either.
+	// event, "huge-scalar" with an endless string at the top instead of an
+	// event; "huge-list", "many" (tiny items) and "empties" (one item of
+	// endless empty objects) refuse the streamed list, as API servers
+	// before it did, and answer the list; "protobuf" answers the list in
+	// protobuf; "hang" never answers either.
 	mode string
 	body int64
 	sent atomic.Int64
@@ -61,7 +63,13 @@ func (h *hostileAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			return
 		}
-		if watching && h.mode != "huge-event" {
+		if h.mode == "protobuf" {
+			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+			w.WriteHeader(http.StatusOK)
+			fmt.Fprint(w, "k8s\x00")
+			return
+		}
+		if watching && h.mode != "huge-event" && h.mode != "huge-scalar" {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400,"message":"sendInitialEvents is not supported"}`)
 			return
@@ -95,6 +103,13 @@ func (h *hostileAPIServer) stream(w http.ResponseWriter, r *http.Request, watchi
 	switch h.mode {
 	case "many": // the smallest items: the decoding multiplies them most
 		item = func(i int) string { return fmt.Sprintf(`{"metadata":{"name":"c%d"}},`, i) }
+	case "empties": // one CSR whose conditions are endless empty objects
+		item = func(i int) string {
+			if i == 0 {
+				return `{"metadata":{"name":"c"},"status":{"conditions":[{}`
+			}
+			return strings.Repeat(",{}", 1024)
+		}
 	case "huge-list": // CSRs of 8 KiB requests: what an honest list holds, only more
 		req := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("r", 6<<10)))
 		item = func(i int) string {
@@ -104,6 +119,9 @@ func (h *hostileAPIServer) stream(w http.ResponseWriter, r *http.Request, watchi
 	head := `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"1"},"items":[`
 	if watching {
 		head = `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"a","annotations":{"a":"`
+		if h.mode == "huge-scalar" {
+			head = `"`
+		}
 		item = func(int) string { return strings.Repeat("a", 8<<10) }
 	}
 	w.WriteHeader(http.StatusOK)
@@ -115,9 +133,11 @@ func (h *hostileAPIServer) stream(w http.ResponseWriter, r *http.Request, watchi
 			return
 		}
 	}
-	if watching {
+	switch {
+	case h.mode == "huge-scalar": // never closed: only a bound ends it early
+	case watching:
 		write(`"}}}}` + "\n")
-	} else {
+	default:
 		write(`{"metadata":{"name":"last"}}]}`)
 	}
 }
@@ -256,6 +276,9 @@ func TestBoundedClientNamesTheBound(t *testing.T) {
 		{"huge-list", false, capi.Limits{MaxResponseBytes: 1 * mib}, "workload cluster tenant/x: GET /apis/certificates.k8s.io/v1/certificatesigningrequests: past the bound on a workload cluster's answers: the response is larger than 1 MiB"},
 		{"many", false, capi.Limits{MaxObjects: 100}, "the list holds more than 100 objects"},
 		{"huge-event", true, capi.Limits{MaxEventBytes: 1 * mib}, "watch /apis/certificates.k8s.io/v1/certificatesigningrequests: past the bound on a workload cluster's answers: a watch event is larger than 1 MiB"},
+		{"huge-scalar", true, capi.Limits{MaxEventBytes: 1 * mib}, "a watch event is larger than 1 MiB"},
+		{"empties", false, capi.Limits{MaxObjects: 100}, "the response holds more than 6400 JSON objects and arrays"},
+		{"protobuf", false, capi.Limits{}, `answered with Content-Type "application/vnd.kubernetes.protobuf", not the application/json asked for`},
 		{"hang", false, capi.Limits{Timeout: 200 * time.Millisecond}, "no answer within 200ms"},
 		{"hang", true, capi.Limits{Timeout: 200 * time.Millisecond}, "no answer within 200ms"},
 	} {
