@@ -213,7 +213,12 @@ func TestHealthPortProbeSurvivesItsOwnAddressFlooding(t *testing.T) {
 	serve := httpserve.ServeListener(ctx, "health-addr", ln, httpserve.HealthMux(httpserve.NewReadiness("")), nil, lim)
 	done := make(chan error, 1)
 	go func() { done <- serve() }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("health server: %v", err)
+		}
+	})
 	addr := ln.Addr().String()
 	// The neighbour, from 127.0.0.1 like the probe: twice the cap of held
 	// connections, and a burst of new ones.
