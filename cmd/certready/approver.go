@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/certready/certready/internal/clientmetrics"
@@ -25,6 +27,7 @@ import (
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/approver/metricscert"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/approver/taint"
 )
@@ -38,6 +41,7 @@ type approverFlags struct {
 	condType                              string
 	capiSelector, startupTaint, softTaint string
 	kubeletCA, addrTypes                  string
+	metricsCert                           metricscert.Keeper
 	serving                               servingFlags
 	prover                                taint.Prover
 	ledger                                ledgerFlags
@@ -80,6 +84,9 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.prover.Retention, "csr-retention", time.Hour, "Taint fallback: how long the controller manager keeps issued CSRs; a served certificate at least this old needs no CSR to be proven.")
 	fs.StringVar(&f.condType, "condition-type", names.ConditionType, "The agent's node condition, for the taint fallback.")
 	f.serving.add(fs, ":9731", ":9732", " (the bench reads the heap through it)")
+	fs.StringVar(&f.metricsCert.CASecret, "metrics-ca-secret", "certready-metrics-ca", "Secret in --leader-elect-namespace holding the metrics endpoints' CA and its key, read only by the approver; the manifests create it empty and the leader fills it (and renews it with a third of its life left). Empty, with --metrics-tls-secret empty: the approver keeps no metrics certificate (bring your own, e.g. cert-manager's, through --metrics-cert-dir).")
+	fs.StringVar(&f.metricsCert.ServingSecret, "metrics-tls-secret", "certready-metrics-tls", "Secret in --leader-elect-namespace that the leader fills with the metrics serving certificate for --metrics-server-name, signed by the CA in --metrics-ca-secret (tls.crt, tls.key, and the CA bundle ca.crt that the ServiceMonitor verifies with); the agents and the approver mount it at --metrics-cert-dir. The manifests create it empty.")
+	fs.StringVar(&f.metricsCert.ServerName, "metrics-server-name", "certready-metrics", "The name in the metrics serving certificate, the ServiceMonitor's tlsConfig.serverName. It need not resolve: Prometheus dials each endpoint's address and checks the certificate for this name, signed by this installation's own CA.")
 	f.ledger.add(fs)
 	// Sized so that the approver keeps pace with a fleet scale-up (one write
 	// per approved CSR: 500/s is above the creation rate a 2-core API server
@@ -154,6 +161,20 @@ func (f *approverFlags) options() (approver.Options, error) {
 	if err := f.o.Validate(); err != nil {
 		return approver.Options{}, err
 	}
+	switch mc := &f.metricsCert; {
+	case mc.CASecret == "" && mc.ServingSecret == "":
+	case mc.CASecret == "" || mc.ServingSecret == "":
+		return approver.Options{}, errors.New("--metrics-ca-secret and --metrics-tls-secret are set together (the approver keeps both) or both empty (it keeps neither)")
+	case mc.CASecret == mc.ServingSecret:
+		return approver.Options{}, fmt.Errorf("--metrics-ca-secret and --metrics-tls-secret are both %q: the CA's key must stay out of the Secret every pod mounts", mc.CASecret)
+	default:
+		mc.Namespace = f.o.LeaseNamespace
+		if errs := validation.IsDNS1123Subdomain(mc.ServerName); len(errs) > 0 {
+			return approver.Options{}, fmt.Errorf("--metrics-server-name=%q: %s", mc.ServerName, strings.Join(errs, "; "))
+		}
+		mc.Interval = 10 * time.Minute
+		f.o.MetricsCert = mc
+	}
 	f.o.ConditionType = corev1.NodeConditionType(f.condType)
 	return f.o, nil
 }
@@ -186,6 +207,9 @@ func runApprover(ctx context.Context, args []string) int {
 	}
 	if o.RESTConfig, err = kf.config("certready-approver/" + version); err != nil {
 		return fail(err)
+	}
+	if o.MetricsCert != nil {
+		o.MetricsCert.Client = client
 	}
 	if o.ClusterAPI {
 		cfg, err := kf.config("certready-approver/" + version)

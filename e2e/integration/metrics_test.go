@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -90,13 +93,17 @@ func freePort(t *testing.T) string {
 
 // The metrics endpoint as shipped: the approver runs as its own
 // ServiceAccount with the shipped RBAC (certready-metrics-auth lets it
-// review tokens and access); a scraper whose ServiceAccount is bound to
-// the shipped certready-metrics-reader gets the page over TLS; any other
+// review tokens and access; its Role lets it fill the two metrics Secrets
+// the manifests create, and create none); the endpoint serves the
+// certificate it wrote, verified with ca.crt for certready-metrics as the
+// ServiceMonitor does; a scraper whose ServiceAccount is bound to the
+// shipped certready-metrics-reader gets the page over TLS; any other
 // token, a forged one, none, or plain HTTP gets nothing.
 func TestMetricsEndpointServesOnlyAuthorizedScrapers(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
-	kubectlApply(t, ctx, "namespace.yaml", "approver-rbac.yaml", "metrics-rbac.yaml")
-	approverKC := tokenKubeconfig(t, serviceAccountToken(t, ctx, "certready-system", "certready-approver"))
+	kubectlApply(t, ctx, "namespace.yaml", "approver-rbac.yaml", "metrics-rbac.yaml", "metrics-tls-secrets.yaml")
+	approverToken := serviceAccountToken(t, ctx, "certready-system", "certready-approver")
+	approverKC := tokenKubeconfig(t, approverToken)
 	prometheus := serviceAccountToken(t, ctx, "monitoring", "prometheus")
 	nosy := serviceAccountToken(t, ctx, "default", "nosy")
 	if _, err := api.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -108,7 +115,8 @@ func TestMetricsEndpointServesOnlyAuthorizedScrapers(t *testing.T) {
 	}
 
 	metricsAddr, healthAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
-	runApprover(t, "--kubeconfig="+approverKC, "--metrics-addr="+metricsAddr, "--health-addr="+healthAddr)
+	certDir := t.TempDir() // the Secret volume, empty until the Secret is filled
+	runApprover(t, "--kubeconfig="+approverKC, "--metrics-addr="+metricsAddr, "--health-addr="+healthAddr, "--metrics-cert-dir="+certDir)
 	// Health is plain HTTP (the kubelet's probes), unauthenticated.
 	if err := localcluster.Poll(ctx, time.Minute, "the approver ready", func() (bool, error) {
 		resp, err := http.Get("http://" + healthAddr + "/readyz")
@@ -121,9 +129,42 @@ func TestMetricsEndpointServesOnlyAuthorizedScrapers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Prometheus' tlsConfig as shipped: the self-signed certificate is not
-	// verified; the token is what is checked.
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the shipped ServiceMonitor's default, tested as such
+	// The approver fills the Secrets with its own credentials.
+	var served *corev1.Secret
+	if err := localcluster.Poll(ctx, time.Minute, "certready-metrics-tls filled", func() (bool, error) {
+		var err error
+		served, err = api.Admin.CoreV1().Secrets("certready-system").Get(ctx, "certready-metrics-tls", metav1.GetOptions{})
+		return err == nil && len(served.Data["tls.crt"]) > 0 && len(served.Data["ca.crt"]) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(served.Data["ca.crt"]) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	verified := &tls.Config{RootCAs: roots, ServerName: "certready-metrics", MinVersion: tls.VersionTLS12}
+	// Until the volume holds it, the endpoint's self-signed certificate
+	// fails Prometheus' verification: no token is sent.
+	if c, err := tls.Dial("tcp", metricsAddr, verified); err == nil {
+		c.Close()
+		t.Fatal("the self-signed fallback verified with the installation's CA")
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(certDir, f), served.Data[f], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its rights stop at those two Secrets.
+	asApprover := kubernetes.NewForConfigOrDie(&rest.Config{Host: api.URL, BearerToken: approverToken, TLSClientConfig: rest.TLSClientConfig{CAFile: api.AdminConfig.CAFile}})
+	if _, err := asApprover.CoreV1().Secrets("certready-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "minted"}, Type: corev1.SecretTypeServiceAccountToken}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver created a Secret: %v, want forbidden (a token Secret would mint any ServiceAccount's token)", err)
+	}
+	if _, err := asApprover.CoreV1().Secrets("certready-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the approver listed Secrets: %v, want forbidden", err)
+	}
+
+	// Prometheus' tlsConfig as shipped: ca.crt and the server name.
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: verified}}
 	scrape := func(token string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/metrics", nil)

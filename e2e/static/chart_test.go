@@ -386,12 +386,14 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"namespace":"platform-certs"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `namespaceSelector`)},
 		{"metrics.certSecret mounted in both pods, and passed as --metrics-cert-dir", hasSecretMount(a, "certready-metrics-tls") && hasSecretMount(p, "certready-metrics-tls") &&
 			slices.Contains(a.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls") && slices.Contains(p.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls")},
+		{"metrics.certSecret: the approver keeps no metrics certificate, and no empty Secret is made for it", slices.Contains(p.Containers[0].Args, "--metrics-ca-secret=") && slices.Contains(p.Containers[0].Args, "--metrics-tls-secret=") &&
+			!slices.ContainsFunc(find[*corev1.Secret](objs), func(s *corev1.Secret) bool { return strings.Contains(s.Name, "metrics-ca") || s.Name == "acme-certready-metrics-tls" })},
 		{"metrics.readerSubjects bound to the reader role", slices.ContainsFunc(find[*rbacv1.ClusterRoleBinding](objs), func(b *rbacv1.ClusterRoleBinding) bool {
 			return b.RoleRef.Name == "acme-certready-metrics-reader" && len(b.Subjects) == 1 && b.Subjects[0].Name == "prometheus" && b.Subjects[0].Namespace == "monitoring"
 		})},
 		{"ServiceMonitor: https with Prometheus' token and the tlsConfig given", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"scheme":"https"`) &&
 			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"serverName":"certready-metrics.platform-certs.svc"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `insecureSkipVerify`) &&
-			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"bearerTokenFile":"/var/run/secrets/kubernetes.io/serviceaccount/token"`)},
+			strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"name":"acme-certready-metrics-scraper-token"`) && !strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), "bearerTokenFile")},
 		{"conditionType on the agent's ServiceAccount", saAnnotationKey(find[*corev1.ServiceAccount](objs), "acme-certready-agent", "certready.io/condition-type") == "ServingCertNotProven"},
 		{"podLabels and podAnnotations on both pods", agent.Spec.Template.Labels["team"] == "platform" && approver.Spec.Template.Labels["team"] == "platform" &&
 			agent.Spec.Template.Annotations["example.com/scrape"] == "no" && approver.Spec.Template.Annotations["example.com/scrape"] == "no"},
@@ -452,6 +454,61 @@ func hasSecretMount(p corev1.PodSpec, name string) bool {
 	return false
 }
 
+// By default the approver keeps the metrics certificate: the chart makes
+// its two Secrets empty, lets the approver get and update exactly those
+// (no create), mounts the serving one in both pods, and the ServiceMonitor
+// verifies with its ca.crt and sends the scraper's token. Off with plain
+// metrics: no Secret, no rule, no flag.
+func TestChartMetricsCertificateKeptByTheApprover(t *testing.T) {
+	for _, secure := range []bool{true, false} {
+		objs := decodeStrict(t, mustRender(t, map[string]any{"metrics": map[string]any{"secure": secure}, "monitoring": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}))
+		var secrets []string
+		for _, s := range find[*corev1.Secret](objs) {
+			if len(s.Data)+len(s.StringData) != 0 {
+				t.Errorf("Secret %s carries data: helm upgrade would overwrite what the approver wrote", s.Name)
+			}
+			secrets = append(secrets, s.Name)
+		}
+		slices.Sort(secrets)
+		want := []string{"certready-metrics-ca", "certready-metrics-scraper-token", "certready-metrics-tls"}
+		if !secure {
+			want = nil
+		}
+		if !slices.Equal(secrets, want) {
+			t.Errorf("secure=%v: Secrets %v, want %v", secure, secrets, want)
+		}
+		var rule *rbacv1.PolicyRule
+		for _, r := range find[*rbacv1.Role](objs) {
+			for i := range r.Rules {
+				if slices.Contains(r.Rules[i].Resources, "secrets") {
+					rule = &r.Rules[i]
+				}
+			}
+		}
+		for _, r := range find[*rbacv1.ClusterRole](objs) {
+			for _, pr := range r.Rules {
+				if slices.Contains(pr.Resources, "secrets") || slices.Contains(pr.Resources, "*") {
+					t.Errorf("ClusterRole %s reaches Secrets: %+v", r.Name, pr)
+				}
+			}
+		}
+		switch {
+		case !secure && rule != nil:
+			t.Errorf("plain metrics: a Secret rule %+v", rule)
+		case secure && (rule == nil || !slices.Equal(rule.Verbs, []string{"get", "update"}) || !slices.Equal(rule.ResourceNames, []string{"certready-metrics-ca", "certready-metrics-tls"})):
+			t.Errorf("the approver's Secret rule %+v, want get and update of the two by name", rule)
+		}
+		p := find[*appsv1.Deployment](objs)[0].Spec.Template.Spec
+		keeps := slices.Contains(p.Containers[0].Args, "--metrics-ca-secret=certready-metrics-ca") && slices.Contains(p.Containers[0].Args, "--metrics-tls-secret=certready-metrics-tls")
+		if keeps != secure {
+			t.Errorf("secure=%v: approver args %q", secure, p.Containers[0].Args)
+		}
+		if secure && (!hasSecretMount(p, "certready-metrics-tls") || !hasSecretMount(find[*appsv1.DaemonSet](objs)[0].Spec.Template.Spec, "certready-metrics-tls") || p.SecurityContext.FSGroup == nil) {
+			t.Error("the serving Secret is not mounted in both pods (readable by the approver's group)")
+		}
+	}
+}
+
 // metrics.secure=false is the opt-in to plain HTTP: both components are
 // told so, and the ServiceMonitor scrapes plain HTTP without a token.
 // Secure (the default) renders no flag: it is the binary's default.
@@ -466,7 +523,8 @@ func TestChartPlainMetricsOptIn(t *testing.T) {
 		}
 		for _, m := range raw {
 			if m["kind"] == "ServiceMonitor" {
-				if https := strings.Contains(mustJSON(m), `"scheme":"https"`) && strings.Contains(mustJSON(m), "bearerTokenFile"); https != secure {
+				if https := strings.Contains(mustJSON(m), `"scheme":"https"`) && strings.Contains(mustJSON(m), `"authorization":{"credentials":{"key":"token","name":"certready-metrics-scraper-token"},"type":"Bearer"}`) &&
+					strings.Contains(mustJSON(m), `"tlsConfig":{"ca":{"secret":{"key":"ca.crt","name":"certready-metrics-tls"}},"serverName":"certready-metrics"}`); https != secure {
 					t.Errorf("metrics.secure=%v: ServiceMonitor %s", secure, mustJSON(m["spec"]))
 				}
 			}
@@ -677,8 +735,8 @@ func TestChartConventions(t *testing.T) {
 	}
 	spec := dep[0].Spec.Template.Spec
 	if !slices.Contains(spec.Containers[0].Args, "--inventory=file:/etc/certready/inventory/nodes.yaml") ||
-		len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "certready-inventory" ||
-		len(spec.Containers[0].VolumeMounts) != 1 || spec.Containers[0].VolumeMounts[0].MountPath != "/etc/certready/inventory" {
+		len(spec.Volumes) != 2 || spec.Volumes[1].ConfigMap == nil || spec.Volumes[1].ConfigMap.Name != "certready-inventory" ||
+		len(spec.Containers[0].VolumeMounts) != 2 || spec.Containers[0].VolumeMounts[1].MountPath != "/etc/certready/inventory" {
 		t.Errorf("file inventory through extraVolumes: args %v, volumes %+v, mounts %+v", spec.Containers[0].Args, spec.Volumes, spec.Containers[0].VolumeMounts)
 	}
 }

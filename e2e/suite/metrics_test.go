@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
 )
 
@@ -23,7 +25,7 @@ import (
 // Prometheus scrapes with the shipped ServiceMonitor), and to no other
 // token, to no caller without one, never as plain HTTP.
 func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := ctxT(t, 6*time.Minute)
 	deployed(t)
 	cs := cluster.Clientset()
 	token := func(sa string) string {
@@ -52,10 +54,26 @@ func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), "e2e-prometheus-certready-metrics", metav1.DeleteOptions{})
 	})
 
-	// The shipped ServiceMonitor's TLS: the per-process self-signed
-	// certificate is not verified; the caller's token is what counts.
+	// The shipped ServiceMonitor's TLS: the certificate the approver keeps
+	// in certready-metrics-tls, verified with that Secret's ca.crt for the
+	// name certready-metrics, and nothing else.
+	var caPEM []byte
+	if err := localcluster.Poll(ctx, time.Minute, "the approver fills certready-metrics-tls", func() (bool, error) {
+		s, err := cs.CoreV1().Secrets(deploy.Namespace).Get(ctx, "certready-metrics-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		caPEM = s.Data["ca.crt"]
+		return len(caPEM) > 0 && len(s.Data["tls.crt"]) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("ca.crt holds no certificate: %.200q", caPEM)
+	}
 	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DialContext: cluster.DialContext,
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the shipped ServiceMonitor's default, tested as shipped
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "certready-metrics", MinVersion: tls.VersionTLS12}}}
 	get := func(url, bearer string) (int, string, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if bearer != "" {
@@ -72,8 +90,10 @@ func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
 	for _, n := range cluster.Nodes() {
 		addr := net.JoinHostPort(n.IP, "9721")
 		url := "https://" + addr + "/metrics"
-		// RBAC bindings reach the authorizer's cache within moments.
-		err := localcluster.Poll(ctx, time.Minute, n.Name+": the scraper's page", func() (bool, error) {
+		// RBAC bindings reach the authorizer's cache within moments; the
+		// Secret reaches the agents' volumes at the kubelet's next sync of
+		// the pod (up to a minute and a half).
+		err := localcluster.Poll(ctx, 3*time.Minute, n.Name+": the scraper's page, over verified TLS", func() (bool, error) {
 			code, body, err := get(url, scraper)
 			return err == nil && code == http.StatusOK && strings.Contains(body, "certready_kubelet_serving_cert_ready 1"), nil
 		})

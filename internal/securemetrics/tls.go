@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -28,7 +29,9 @@ const (
 // TLSConfig is the metrics server's TLS: the certificate and key in
 // certDir (read again when either file changes, as a Secret mount or
 // cert-manager renews them in place), or with no certDir a self-signed
-// certificate for hosts made at start (its key never leaves memory).
+// certificate for hosts made at start (its key never leaves memory). A
+// certDir that exists but holds neither file yet (the Secret the approver
+// fills, mounted before it is) is served self-signed until both appear.
 // HTTP/1.1 only, as controller-runtime's metrics server does: HTTP/2's
 // stream handling has been a denial-of-service surface and scrapes gain
 // nothing from it.
@@ -42,12 +45,37 @@ func TLSConfig(certDir string, hosts []string) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 		return cfg, nil
 	}
-	kp := &keyPair{cert: filepath.Join(certDir, CertFile), key: filepath.Join(certDir, KeyFile)}
-	if _, err := kp.get(); err != nil {
-		return nil, err
+	if fi, err := os.Stat(certDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("folder %s, meant to hold %s and %s: %w", certDir, CertFile, KeyFile, errors.Join(err, notDir(fi)))
 	}
-	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return kp.get() }
+	kp := &keyPair{cert: filepath.Join(certDir, CertFile), key: filepath.Join(certDir, KeyFile)}
+	var fallback *tls.Certificate
+	if _, err := kp.get(); err != nil {
+		if !kp.absent() {
+			return nil, err
+		}
+		cert, err := selfSigned(hosts, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		fallback = &cert
+		klog.Background().Info("Serving a self-signed metrics certificate until the certificate folder holds both files", "folder", certDir, "files", []string{CertFile, KeyFile})
+	}
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := kp.get()
+		if err != nil && fallback != nil {
+			return fallback, nil
+		}
+		return c, err
+	}
 	return cfg, nil
+}
+
+func notDir(fi os.FileInfo) error {
+	if fi != nil && !fi.IsDir() {
+		return errors.New("not a folder")
+	}
+	return nil
 }
 
 // keyPair is a certificate and key on disk, loaded again when either
@@ -80,8 +108,23 @@ func (kp *keyPair) get() (*tls.Certificate, error) {
 		}
 		return nil, err
 	}
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		cert.Leaf = leaf
+		klog.Background().Info("Serving the metrics certificate from its folder", "file", kp.cert, "subject", leaf.Subject.CommonName, "notAfter", leaf.NotAfter)
+	}
 	kp.stamp, kp.loaded = stamp, &cert
 	return kp.loaded, nil
+}
+
+// absent says whether neither file exists: nothing written yet, as
+// opposed to a pair that cannot be read or does not match.
+func (kp *keyPair) absent() bool {
+	for _, p := range []string{kp.cert, kp.key} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 func (kp *keyPair) stampNow() (string, error) {

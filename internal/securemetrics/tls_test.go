@@ -112,3 +112,46 @@ func TestCertDirIsReloaded(t *testing.T) {
 		t.Errorf("a missing folder: %v, want an error naming tls.crt", err)
 	}
 }
+
+// The Secret the approver fills, mounted before it is: an empty folder is
+// served self-signed (not verifiable with the CA) until both files appear,
+// then the folder's certificate, without a restart.
+func TestEmptyCertDirServesSelfSignedUntilFilled(t *testing.T) {
+	ca, err := testpki.NewCA("metrics-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "certready-metrics.certready-system.svc"
+	dir := t.TempDir()
+	cfg, err := securemetrics.TLSConfig(dir, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatalf("an empty folder: %v, want a self-signed certificate until it is filled", err)
+	}
+	if _, err := handshake(t, cfg, ca.Pool(), name); err == nil {
+		t.Fatal("an empty folder: the certificate verified with the CA, want the self-signed fallback")
+	}
+	if leaf, err := handshake(t, cfg, nil, ""); err != nil || leaf.CheckSignature(leaf.SignatureAlgorithm, leaf.RawTBSCertificate, leaf.Signature) != nil {
+		t.Fatalf("an empty folder: %v, want a self-signed certificate", err)
+	}
+	p, err := ca.Issue(testpki.Serving{CN: name, Orgs: []string{}, DNSNames: []string{name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range map[string][]byte{securemetrics.CertFile: p.CertPEM(), securemetrics.KeyFile: p.KeyPEM()} {
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leaf, err := handshake(t, cfg, ca.Pool(), name); err != nil || !leaf.Equal(p.Cert) {
+		t.Fatalf("after the folder was filled: %v, want its certificate, verified", err)
+	}
+
+	// A folder holding a broken pair is no empty folder: start-up fails.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, securemetrics.CertFile), []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := securemetrics.TLSConfig(bad, nil); err == nil {
+		t.Error("a certificate without a key: no error, want start-up to fail")
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/inventory"
+	"github.com/certready/certready/reporter/approver/metricscert"
 	"github.com/certready/certready/reporter/approver/ranges"
 	"github.com/certready/certready/reporter/approver/taint"
 )
@@ -95,6 +96,9 @@ type Options struct {
 	// have their own address in a serving certificate when it is an API
 	// server endpoint. Empty: no node may.
 	APIServerHostLabel string
+	// MetricsCert, when set, keeps the metrics endpoints' CA and serving
+	// certificate in their Secrets while this replica leads.
+	MetricsCert *metricscert.Keeper
 }
 
 // DefaultAPIServerHostLabel is the control-plane role label kubeadm sets.
@@ -238,19 +242,23 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		case <-lctx.Done():
 			return
 		}
-		lead(lctx, ctrl, remover)
+		lead(lctx, ctrl, remover, o.MetricsCert)
 	})
 }
 
-// lead runs the leader's work, the controller and the taint fallback
-// (when on), until lctx ends.
-func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover) {
-	done := make(chan error, 2)
+// lead runs the leader's work, the controller, the taint fallback and the
+// metrics certificate's keeper (each when on), until lctx ends.
+func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover, keeper *metricscert.Keeper) {
+	done := make(chan error, 3)
 	go func() { done <- ctrl.Run(lctx) }()
 	n := 1
 	if remover != nil {
 		n++
 		go func() { done <- remover.Run(lctx) }()
+	}
+	if keeper != nil {
+		n++
+		go func() { keeper.Run(lctx); done <- nil }()
 	}
 	for i := 0; i < n; i++ {
 		if err := <-done; err != nil {
@@ -486,6 +494,11 @@ func runCAPI(ctx context.Context, client kubernetes.Interface, reg prometheus.Re
 	mgr := capi.New(cfg, client, o.Dynamic, recorder, reg)
 	ready.Set(true, "")
 	return elect(ctx, client, o, func(lctx context.Context) {
+		if o.MetricsCert != nil {
+			kctx, stop := context.WithCancel(lctx)
+			defer stop()
+			go o.MetricsCert.Run(kctx)
+		}
 		if err := mgr.Run(lctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Cluster API mode stopped")
 		}

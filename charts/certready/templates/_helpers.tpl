@@ -71,18 +71,42 @@ app.kubernetes.io/component: {{ . }}
 {{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
 {{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}
 
-{{/* The metrics endpoints' flags: plain HTTP only when metrics.secure is
-     off; with metrics.certSecret, its certificate instead of a
-     self-signed one. */}}
+{{/* The metrics endpoints' certificate: metrics.certSecret when given
+     (e.g. cert-manager's), else the Secret the approver keeps, signed by
+     its own CA (certready.metricsManaged). Plain HTTP only when
+     metrics.secure is off. */}}
+{{- define "certready.metricsManaged" -}}
+{{- if and .Values.metrics.secure (not .Values.metrics.certSecret) }}true{{ end -}}
+{{- end -}}
+{{- define "certready.metricsTLSSecret" -}}
+{{- .Values.metrics.certSecret | default (printf "%s-metrics-tls" (include "certready.fullname" .)) -}}
+{{- end -}}
+{{- define "certready.metricsCASecret" -}}
+{{- printf "%s-metrics-ca" (include "certready.fullname" .) -}}
+{{- end -}}
 {{- define "certready.metricsArgs" -}}
 {{- if not .Values.metrics.secure -}}
 - --metrics-secure=false
-{{- else if .Values.metrics.certSecret -}}
+{{- else -}}
 - --metrics-cert-dir=/etc/certready/metrics-tls
 {{- end -}}
 {{- end -}}
+{{/* The approver's: it keeps the managed Secrets, or none. */}}
+{{- define "certready.approverMetricsArgs" -}}
+{{- include "certready.metricsArgs" . }}
+{{- if include "certready.metricsManaged" . }}
+- --metrics-ca-secret={{ include "certready.metricsCASecret" . }}
+- --metrics-tls-secret={{ include "certready.metricsTLSSecret" . }}
+{{- if ne .Values.metrics.serverName "certready-metrics" }}
+- --metrics-server-name={{ .Values.metrics.serverName }}
+{{- end }}
+{{- else }}
+- --metrics-ca-secret=
+- --metrics-tls-secret=
+{{- end -}}
+{{- end -}}
 {{- define "certready.metricsCertSecret" -}}
-{{- if and .Values.metrics.secure .Values.metrics.certSecret }}true{{ end -}}
+{{- if .Values.metrics.secure }}true{{ end -}}
 {{- end -}}
 {{- define "certready.metricsCertMount" -}}
 {{- if include "certready.metricsCertSecret" . -}}
@@ -91,10 +115,18 @@ app.kubernetes.io/component: {{ . }}
   readOnly: true
 {{- end -}}
 {{- end -}}
+{{/* mode: 0400 for the agent (root), 0440 for the approver (fsGroup). */}}
 {{- define "certready.metricsCertVolume" -}}
-{{- if include "certready.metricsCertSecret" . -}}
+{{- $ := index . 0 -}}
+{{- if include "certready.metricsCertSecret" $ -}}
 - name: metrics-tls
   secret:
-    secretName: {{ .Values.metrics.certSecret }}
+    secretName: {{ include "certready.metricsTLSSecret" $ }}
+    defaultMode: {{ index . 1 }}
+    {{- if include "certready.metricsManaged" $ }}
+    # Filled by the approver's leader; until then a self-signed
+    # certificate is served, which Prometheus refuses.
+    optional: true
+    {{- end }}
 {{- end -}}
 {{- end -}}
