@@ -387,7 +387,9 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"metrics.certSecret mounted in both pods, and passed as --metrics-cert-dir", hasSecretMount(a, "certready-metrics-tls") && hasSecretMount(p, "certready-metrics-tls") &&
 			slices.Contains(a.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls") && slices.Contains(p.Containers[0].Args, "--metrics-cert-dir=/etc/certready/metrics-tls")},
 		{"metrics.certSecret: the approver keeps no metrics certificate, and no empty Secret is made for it", slices.Contains(p.Containers[0].Args, "--metrics-ca-secret=") && slices.Contains(p.Containers[0].Args, "--metrics-tls-secret=") &&
-			!slices.ContainsFunc(find[*corev1.Secret](objs), func(s *corev1.Secret) bool { return strings.Contains(s.Name, "metrics-ca") || s.Name == "acme-certready-metrics-tls" })},
+			!slices.ContainsFunc(find[*corev1.Secret](objs), func(s *corev1.Secret) bool {
+				return strings.Contains(s.Name, "metrics-ca") || s.Name == "acme-certready-metrics-tls"
+			})},
 		{"metrics.readerSubjects bound to the reader role", slices.ContainsFunc(find[*rbacv1.ClusterRoleBinding](objs), func(b *rbacv1.ClusterRoleBinding) bool {
 			return b.RoleRef.Name == "acme-certready-metrics-reader" && len(b.Subjects) == 1 && b.Subjects[0].Name == "prometheus" && b.Subjects[0].Namespace == "monitoring"
 		})},
