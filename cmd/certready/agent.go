@@ -60,6 +60,13 @@ func runAgent(ctx context.Context, args []string) int {
 	}
 	cfg.ConditionType = corev1.NodeConditionType(condType)
 	cfg.Version = version
+	if err := settingsFallback(fs, func() error { return cfg.Defaults().ValidateExpiry() }); err != nil {
+		fmt.Fprintf(os.Stderr, "certready agent: %v\n", err)
+		return 2
+	}
+	for _, msg := range envSetAside[fs] {
+		klog.FromContext(ctx).Error(nil, "A setting from the environment (the ConfigMap certready-agent-settings) is set aside; fix the ConfigMap", "problem", msg)
+	}
 	types, err := observe.ParseAddressTypes(addrTypes)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "certready agent: --kubelet-preferred-address-types: %v\n", err)

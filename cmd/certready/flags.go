@@ -68,6 +68,41 @@ var commandLineOnly = map[string]string{
 	"leader-elect":                    "lets several approvers write at once",
 }
 
+// fromSettings are the flags whose variable the shipped manifests fill from
+// a ConfigMap (certready-agent-settings, by configMapKeyRef): whoever
+// writes ConfigMaps in the namespace sets them, and must not be able to
+// stop every agent that restarts. A value of theirs that does not parse,
+// or contradicts another (settingsProblem), is set aside: the default is
+// kept and the variable named in the log. On the command line the same
+// mistake stops the process, as every other flag's does.
+var fromSettings = map[string]bool{"expiry-warning": true, "expiry-critical": true, "ca-expiry-warning": true}
+
+// envSetAside holds, per flag set, what fillFromEnv set aside
+// (fromSettings); fromEnv the fromSettings flags it did set.
+var (
+	envSetAside = map[*pflag.FlagSet][]string{}
+	fromEnv     = map[*pflag.FlagSet][]string{}
+)
+
+// settingsFallback sets aside every fromSettings value that came from the
+// environment when problem (the checks of the values together) fails, and
+// says why; it returns problem's error when the values still fail without
+// them (the command line's own mistake).
+func settingsFallback(fs *pflag.FlagSet, problem func() error) error {
+	err := problem()
+	if err == nil || len(fromEnv[fs]) == 0 {
+		return err
+	}
+	for _, name := range fromEnv[fs] {
+		f := fs.Lookup(name)
+		_ = f.Value.Set(f.DefValue)
+		f.Changed = false
+		envSetAside[fs] = append(envSetAside[fs], fmt.Sprintf("environment variable %s (for --%s) set aside, the default %s kept: %v", EnvName(name), name, f.DefValue, err))
+	}
+	fromEnv[fs] = nil
+	return problem()
+}
+
 // EnvName is the environment variable that backs a flag.
 func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
@@ -139,8 +174,16 @@ func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
 			return
 		}
 		if !f.Changed {
-			if serr := fs.Set(f.Name, v); serr != nil {
+			serr := fs.Set(f.Name, v)
+			switch {
+			case serr != nil && fromSettings[f.Name]:
+				_ = f.Value.Set(f.DefValue)
+				f.Changed = false
+				envSetAside[fs] = append(envSetAside[fs], fmt.Sprintf("environment variable %s=%q (for --%s) set aside, the default %s kept: %v", env, v, f.Name, f.DefValue, serr))
+			case serr != nil:
 				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
+			case fromSettings[f.Name]:
+				fromEnv[fs] = append(fromEnv[fs], f.Name)
 			}
 		}
 	})

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/certready/certready/reporter/agent"
 )
 
 func TestParseFillsFlagsFromTheEnvironment(t *testing.T) {
@@ -64,5 +66,58 @@ func TestGoCollectorExportsTheLiveHeap(t *testing.T) {
 		if !names[want] {
 			t.Errorf("%s not exported", want)
 		}
+	}
+}
+
+// The expiry windows come from a ConfigMap that whoever writes ConfigMaps
+// in the namespace sets: a value that does not parse, or that contradicts
+// another, is set aside with the default kept and the variable named, so
+// that such a writer cannot stop every agent that restarts. On the command
+// line the same mistakes stop the process.
+func TestSettingsFromTheEnvironmentNeverStopTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		args          []string
+		env           map[string]string
+		warning, crit time.Duration
+		failed        bool
+		setAside      []string
+	}{
+		{"a value that does not parse", nil, map[string]string{"CERTREADY_EXPIRY_WARNING": "a fortnight", "CERTREADY_EXPIRY_CRITICAL": "12h"}, 7 * 24 * time.Hour, 12 * time.Hour, false, []string{"CERTREADY_EXPIRY_WARNING"}},
+		{"critical longer than warning", nil, map[string]string{"CERTREADY_EXPIRY_WARNING": "1h", "CERTREADY_EXPIRY_CRITICAL": "2h"}, 7 * 24 * time.Hour, 24 * time.Hour, false, []string{"CERTREADY_EXPIRY_WARNING", "CERTREADY_EXPIRY_CRITICAL"}},
+		{"a negative window", nil, map[string]string{"CERTREADY_CA_EXPIRY_WARNING": "-1h"}, 7 * 24 * time.Hour, 24 * time.Hour, false, []string{"CERTREADY_CA_EXPIRY_WARNING"}},
+		{"good values", nil, map[string]string{"CERTREADY_EXPIRY_WARNING": "336h", "CERTREADY_EXPIRY_CRITICAL": "48h"}, 336 * time.Hour, 48 * time.Hour, false, nil},
+		{"the command line's own contradiction", []string{"--expiry-warning=1h", "--expiry-critical=2h"}, nil, time.Hour, 2 * time.Hour, true, nil},
+		{"the command line's value does not parse", []string{"--expiry-warning=soon"}, nil, 0, 0, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlagSet("agent", "")
+			var cfg agent.Config
+			fs.DurationVar(&cfg.ExpiryWarning, "expiry-warning", agent.DefaultExpiryWarning, "")
+			fs.DurationVar(&cfg.ExpiryCritical, "expiry-critical", agent.DefaultExpiryCritical, "")
+			fs.DurationVar(&cfg.CAExpiryWarning, "ca-expiry-warning", agent.DefaultCAExpiryWarning, "")
+			err := parse(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if err == nil {
+				err = settingsFallback(fs, func() error { return cfg.Defaults().ValidateExpiry() })
+			}
+			if failed := err != nil; failed != tc.failed {
+				t.Fatalf("err = %v, want failure %v", err, tc.failed)
+			}
+			if tc.failed {
+				return
+			}
+			if cfg.ExpiryWarning != tc.warning || cfg.ExpiryCritical != tc.crit {
+				t.Errorf("windows %s/%s, want %s/%s", cfg.ExpiryWarning, cfg.ExpiryCritical, tc.warning, tc.crit)
+			}
+			got := strings.Join(envSetAside[fs], "\n")
+			for _, v := range tc.setAside {
+				if !strings.Contains(got, v) {
+					t.Errorf("set aside %q, want %s named", got, v)
+				}
+			}
+			if len(tc.setAside) == 0 && got != "" {
+				t.Errorf("set aside %q, want nothing", got)
+			}
+		})
 	}
 }

@@ -135,12 +135,23 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kubelet-port=%d is not a port (0 means: from the Node object)", c.KubeletPort)
 	case c.Resync <= 0 || c.Heartbeat <= 0:
 		return errors.New("--resync and --heartbeat must be positive")
+	case c.ValidateExpiry() != nil:
+		return c.ValidateExpiry()
+	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
+		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
+	}
+	return nil
+}
+
+// ValidateExpiry checks the expiry windows (of a Config with its
+// Defaults), alone: they are the settings an operator tunes through a
+// ConfigMap.
+func (c Config) ValidateExpiry() error {
+	switch {
 	case c.ExpiryWarning < 0 || c.ExpiryCritical < 0 || c.CAExpiryWarning < 0:
 		return errors.New("--expiry-warning, --expiry-critical and --ca-expiry-warning must be positive (0: the default)")
 	case c.ExpiryCritical > c.ExpiryWarning:
 		return fmt.Errorf("--expiry-critical=%s is longer than --expiry-warning=%s: the critical alert would fire before the warning", c.ExpiryCritical, c.ExpiryWarning)
-	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
-		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
 	}
 	return nil
 }
