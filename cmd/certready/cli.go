@@ -11,9 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/fleet"
@@ -156,5 +160,32 @@ func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) (
 	if err != nil {
 		return nil, nil, err
 	}
-	return nodes, fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now), nil
+	rows := fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now)
+	if fleet.NRCMarked(rows) {
+		if cfg, err := v.restConfig(userAgent); err == nil {
+			if dyn, err := dynamic.NewForConfig(cfg); err == nil {
+				fleet.NameRules(rows, ruleNames(ctx, dyn))
+			}
+		}
+	}
+	return nodes, rows, nil
+}
+
+// nodeReadinessRules are the node-readiness-controller's rules.
+var nodeReadinessRules = schema.GroupVersionResource{Group: "readiness.node.x-k8s.io", Version: "v1alpha1", Resource: "nodereadinessrules"}
+
+// ruleNames maps each NodeReadinessRule's UID to its name; empty when the
+// rules cannot be read (no CRD, no right to list them): the marks then
+// show the UIDs they carry.
+func ruleNames(ctx context.Context, dyn dynamic.Interface) map[string]string {
+	list, err := dyn.Resource(nodeReadinessRules).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("NodeReadinessRules not read: completion marks show rule UIDs", "err", err)
+		return nil
+	}
+	m := make(map[string]string, len(list.Items))
+	for _, r := range list.Items {
+		m[string(r.GetUID())] = r.GetName()
+	}
+	return m
 }

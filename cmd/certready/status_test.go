@@ -4,11 +4,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/reporter/fleet"
@@ -46,5 +53,26 @@ func TestPrintStatusFormats(t *testing.T) {
 	var empty bytes.Buffer
 	if err := printStatus(&empty, "json", fleet.Problems(rows[1:]), now, false); err != nil || !strings.Contains(empty.String(), `"nodes": []`) {
 		t.Errorf("no problems as json: %v %s", err, empty.String())
+	}
+}
+
+// The rules' names come from the NodeReadinessRules themselves; without
+// the CRD (or the right to list it) the marks keep their UIDs.
+func TestRuleNamesFromTheNodeReadinessRules(t *testing.T) {
+	rule := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "readiness.node.x-k8s.io/v1alpha1", "kind": "NodeReadinessRule",
+		"metadata": map[string]any{"name": "kubelet-serving-cert", "uid": "9f1c2b7e-0000-4000-8000-000000000001"},
+	}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{nodeReadinessRules: "NodeReadinessRuleList"}, rule)
+	got := ruleNames(context.Background(), dyn)
+	if got["9f1c2b7e-0000-4000-8000-000000000001"] != "kubelet-serving-cert" || len(got) != 1 {
+		t.Errorf("ruleNames = %v, want the one rule's UID named", got)
+	}
+	none := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{nodeReadinessRules: "NodeReadinessRuleList"})
+	none.PrependReactor("list", "nodereadinessrules", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(nodeReadinessRules.GroupResource(), "")
+	})
+	if got := ruleNames(context.Background(), none); len(got) != 0 {
+		t.Errorf("without the CRD: %v, want no names", got)
 	}
 }

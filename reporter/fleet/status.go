@@ -47,11 +47,40 @@ type NodeStatus struct {
 	// Tainted: the node carries the readiness taint.
 	Tainted bool `json:"tainted"`
 	// Completed names who marked the node's bootstrap complete: NRC rules
-	// (readiness.k8s.io/bootstrap-completed-<rule>) and certready's
-	// own taint fallback ("certready").
+	// (readiness.k8s.io/bootstrap-completed-<rule UID>, by name once
+	// NameRules has run) and certready's own taint fallback ("certready").
 	Completed []string `json:"bootstrapCompletedBy,omitempty"`
 	// Problem says, for a node that is not Ready, why, in a few words.
 	Problem string `json:"problem,omitempty"`
+}
+
+// NRCMarked says whether any row carries a node-readiness-controller
+// completion mark (readiness.k8s.io/bootstrap-completed-<rule UID>).
+func NRCMarked(rows []NodeStatus) bool {
+	for _, r := range rows {
+		for _, c := range r.Completed {
+			if c != "certready" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// NameRules shows each node-readiness-controller rule in rows' Completed by
+// its name: the controller marks a node with the rule's UID, which says
+// nothing to an operator. byUID maps UIDs to names; a suffix that is no
+// known UID (a deleted rule, or a controller that marks by name) stays as
+// it is.
+func NameRules(rows []NodeStatus, byUID map[string]string) {
+	for i := range rows {
+		for j, c := range rows[i].Completed {
+			if name, ok := byUID[c]; ok && c != "certready" {
+				rows[i].Completed[j] = name
+			}
+		}
+		sort.Strings(rows[i].Completed)
+	}
 }
 
 // Status gives every node's line, problems first, then by name.

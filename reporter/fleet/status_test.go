@@ -94,3 +94,29 @@ func TestStatusOnFixtures(t *testing.T) {
 		t.Errorf("%d problems, want 4", len(p))
 	}
 }
+
+// The node-readiness-controller marks a node with its rule's UID: the
+// fleet view shows the rule's name, keeps a suffix it cannot name (a
+// deleted rule) and never renames certready's own mark.
+func TestNameRules(t *testing.T) {
+	rows := []fleet.NodeStatus{
+		{Node: "w1", Completed: []string{"9f1c2b7e-0000-4000-8000-000000000001"}},
+		{Node: "w2", Completed: []string{"9f1c2b7e-0000-4000-8000-00000000dead", "certready"}},
+		{Node: "w3"},
+	}
+	if !fleet.NRCMarked(rows) || fleet.NRCMarked(rows[2:]) || fleet.NRCMarked([]fleet.NodeStatus{{Completed: []string{"certready"}}}) {
+		t.Fatal("NRCMarked: want true exactly when a row carries a rule's mark")
+	}
+	fleet.NameRules(rows, map[string]string{"9f1c2b7e-0000-4000-8000-000000000001": "kubelet-serving-cert", "certready": "not-a-rule"})
+	for _, tc := range []struct{ node, want string }{
+		{"w1", "kubelet-serving-cert"},
+		{"w2", "9f1c2b7e-0000-4000-8000-00000000dead,certready"},
+		{"w3", ""},
+	} {
+		for _, r := range rows {
+			if r.Node == tc.node && strings.Join(r.Completed, ",") != tc.want {
+				t.Errorf("%s completed by %q, want %q", tc.node, strings.Join(r.Completed, ","), tc.want)
+			}
+		}
+	}
+}
