@@ -50,7 +50,7 @@ type approverFlags struct {
 
 func (f *approverFlags) add(fs *pflag.FlagSet) {
 	host, _ := os.Hostname()
-	fs.StringVar(&f.o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (capi: deprecated spelling of --cluster-api.)")
+	fs.StringVar(&f.o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (Cluster API Machines: --cluster-api.)")
 	fs.BoolVar(&f.o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (README: Cluster API).")
 	fs.StringVar(&f.capiSelector, "capi-cluster-selector", "", "--cluster-api: label selector of the Cluster objects to serve (empty: every Cluster).")
 	fs.StringSliceVar(&f.allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
@@ -150,10 +150,6 @@ func (f *approverFlags) options() (approver.Options, error) {
 			return approver.Options{}, fmt.Errorf("--apiserver-ips: %q is not an IP address", s)
 		}
 		f.o.Controller.Policy.DenyIPs = append(f.o.Controller.Policy.DenyIPs, ip)
-	}
-	if f.o.InventorySpec == "capi" {
-		fmt.Fprintln(os.Stderr, "certready approver: --inventory=capi is deprecated and will be removed: use --cluster-api")
-		f.o.InventorySpec, f.o.ClusterAPI = "node", true
 	}
 	if f.o.CAPI.Selector, err = labels.Parse(f.capiSelector); err != nil {
 		return approver.Options{}, fmt.Errorf("--capi-cluster-selector %q: %w", f.capiSelector, err)

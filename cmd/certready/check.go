@@ -30,8 +30,6 @@ func runCheck(ctx context.Context, args []string) int {
 	fs.StringVar(&o.CAFile, "ca-file", serviceAccountCA, "PEM bundle of the CA that signs kubelet serving certificates.")
 	fs.IntVar(&o.KubeletPort, "kubelet-port", 0, "Kubelet port to probe. 0: from the Node object when --use-api, else 10250.")
 	fs.DurationVar(&o.Timeout, "probe-timeout", 5*time.Second, "Timeout of the TLS handshake (as the agent's --probe-timeout).")
-	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "")
-	_ = fs.MarkDeprecated("timeout", "use --probe-timeout (the agent's name for it)")
 	fs.DurationVar(&o.CSRRetention, "csr-retention", time.Hour, "How long issued CSRs are kept; an older certificate needs no CSR.")
 	fs.BoolVar(&useAPI, "use-api", false, "Also read the Node and the CSRs from the API (kubeconfig or in-cluster credentials).")
 	var handOver bool

@@ -41,8 +41,6 @@ func newStatusCommand() *cobra.Command {
 	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or jsonpath=<template> over the json. Empty: a table.")
 	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
-	fs.DurationVar(&view.maxAge, "stale-after", fleet.DefaultStaleAfter, "")
-	_ = fs.MarkDeprecated("stale-after", "use --condition-max-age (the same meaning as the approver's; the agent's --stale-after is its watchdog)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {

@@ -14,25 +14,24 @@ import (
 // no series carries a node label (the scrape target adds it), and none ever
 // carries key material.
 type metrics struct {
-	ready              prometheus.Gauge
-	reason             *prometheus.GaugeVec
-	notAfter           prometheus.Gauge
-	notAfterDeprecated prometheus.Gauge
-	observation        prometheus.Gauge
-	checkPassed        *prometheus.GaugeVec
-	checkDuration      *prometheus.HistogramVec
-	transitions        *prometheus.CounterVec
-	lastSuccess        prometheus.Gauge
-	writes             *prometheus.CounterVec
-	events             *prometheus.CounterVec
-	foreign            prometheus.Counter
-	stalled            prometheus.Gauge
-	clockSkew          prometheus.Gauge
-	rotations          prometheus.Counter
-	caNotAfter         prometheus.Gauge
-	renewalStuck       *prometheus.GaugeVec
-	clientNotAfter     prometheus.Gauge
-	expiryWindow       *prometheus.GaugeVec
+	ready          prometheus.Gauge
+	reason         *prometheus.GaugeVec
+	notAfter       prometheus.Gauge
+	observation    prometheus.Gauge
+	checkPassed    *prometheus.GaugeVec
+	checkDuration  *prometheus.HistogramVec
+	transitions    *prometheus.CounterVec
+	lastSuccess    prometheus.Gauge
+	writes         *prometheus.CounterVec
+	events         *prometheus.CounterVec
+	foreign        prometheus.Counter
+	stalled        prometheus.Gauge
+	clockSkew      prometheus.Gauge
+	rotations      prometheus.Counter
+	caNotAfter     prometheus.Gauge
+	renewalStuck   *prometheus.GaugeVec
+	clientNotAfter prometheus.Gauge
+	expiryWindow   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
@@ -64,10 +63,6 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 		notAfter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_certificate_not_after_timestamp_seconds",
 			Help: "NotAfter of the installed kubelet serving certificate, as Unix seconds (0 when none is installed).",
-		}),
-		notAfterDeprecated: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "certready_certificate_not_after_seconds",
-			Help: "Deprecated: use certready_certificate_not_after_timestamp_seconds (Prometheus's naming for a timestamp); removed in the release after the next.",
 		}),
 		observation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_observation_available",
@@ -115,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 			Help: "Serving certificates proven ready that replaced another this process had proven (the first one after a start is not counted).",
 		}),
 	}
-	reg.MustRegister(m.ready, m.reason, m.notAfter, m.notAfterDeprecated, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
+	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
 		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow)
 	oneHot(m.reason, verdict.AllReasons, "")
 	m.setRenewal(renewal.NotDue)
@@ -179,8 +174,7 @@ func (m *metrics) published(v verdict.Verdict, now time.Time, transitioned bool)
 }
 
 // setNotAfter records the installed certificate's NotAfter (Unix seconds, 0
-// for none) under its name and, for one more release, its deprecated one.
+// for none).
 func (m *metrics) setNotAfter(v float64) {
 	m.notAfter.Set(v)
-	m.notAfterDeprecated.Set(v)
 }
