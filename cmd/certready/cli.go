@@ -66,7 +66,7 @@ func newRootCommand(ctx context.Context) *cobra.Command {
 	}
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Operator commands (read-only, your kubeconfig):"},
 		&cobra.Group{ID: "process", Title: "What the manifests run:"})
-	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand(), newCSRCommand())
+	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand(), newCSRCommand(), newLedgerCommand())
 	for _, c := range commands() {
 		if c.name == "version" {
 			root.AddCommand(processCommand(ctx, c, ""))

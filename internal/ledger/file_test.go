@@ -106,7 +106,7 @@ func TestRotationStaysInTheFolderItOpened(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 600; i++ { // about 2.5 MB: rotations
-		l.write(Record{Action: LeftPending, Message: strings.Repeat("m", 4000)})
+		l.write(Record{Action: LeftPending, Message: strings.Repeat("m", 3800)}) // about 4 KB a line with its chain fields
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
 		t.Errorf("rotation followed the symlink now at the folder's path: %v", entries)
@@ -191,7 +191,7 @@ func TestBackupsNeverExceedTheBound(t *testing.T) {
 	fs := l.sinks[0].w.(*fileSink)
 	fs.now = func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) } // every rotation in one millisecond
 	for i := 0; i < 1500; i++ {                                                        // about 6 MB: 5 rotations, the last two kept
-		l.write(Record{Action: LeftPending, Message: strings.Repeat("m", 4000)})
+		l.write(Record{Action: LeftPending, Message: strings.Repeat("m", 3800)}) // about 4 KB a line with its chain fields
 		if b := backups(); len(b) > 2 {
 			t.Fatalf("after record %d: %d backups %v, over the bound of 2", i, len(b), b)
 		}

@@ -8,7 +8,9 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -42,6 +44,11 @@ const (
 	VerdictChanged   Action = "verdict-changed"
 	Rotated          Action = "certificate-rotated"
 	RenewalStuck     Action = "renewal-stuck"
+	// The approver's leadership: a period between one leader's
+	// LeaderLost (or its last record) and the next LeaderAcquired had no
+	// leader, and no decisions (Verify names it).
+	LeaderAcquired Action = "leader-acquired"
+	LeaderLost     Action = "leader-lost"
 )
 
 // Record is one ledger line. Fields a record does not know are left out.
@@ -83,6 +90,18 @@ type Record struct {
 	// MaxLineBytes, each with how much was left out: bytes of a text (which
 	// then ends in "…"), entries of a list (its first ones are kept).
 	Truncated map[string]int `json:"truncated,omitempty"`
+
+	// Writer, Seq, Prev and Hash chain a writer's records: Writer is
+	// random per process (a restart starts a new chain), Seq counts its
+	// records from 1 (given when a record is made, so one lost before it
+	// was written leaves a gap), Prev is the Hash of the writer's record
+	// written before this one, and Hash the SHA-256 of the record's line
+	// with Hash's own value as zeros (LineHash). Deleting, editing,
+	// inserting or reordering a line breaks the chain where it happened.
+	Writer string `json:"writer,omitempty"`
+	Seq    uint64 `json:"seq,omitempty"`
+	Prev   string `json:"prev,omitempty"`
+	Hash   string `json:"hash,omitempty"`
 
 	// Key tells apart records that share every identifying field but are
 	// distinct events (two verdict changes to the same state): the caller
@@ -175,6 +194,11 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	cluster string
+	// writer and seq: the chain's identity and last number given; prev
+	// the hash of the last line written (the writing goroutine's own).
+	writer string
+	seq    uint64
+	prev   string
 
 	written, failed *prometheus.CounterVec
 	truncated       prometheus.Counter
@@ -201,9 +225,14 @@ func New(cfg Config, reg prometheus.Registerer) (*Ledger, error) {
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
 	}
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
 	l := &Ledger{
-		cfg:   cfg,
-		queue: make(chan Record, cfg.QueueSize),
+		cfg:    cfg,
+		writer: hex.EncodeToString(nonce),
+		queue:  make(chan Record, cfg.QueueSize),
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "certready_ledger_records_total",
 			Help: "Decision ledger records written, by sink (stdout, file).",
@@ -267,6 +296,8 @@ func (l *Ledger) Record(r Record) {
 	}
 	l.mu.Lock()
 	r.Cluster = l.cluster
+	l.seq++
+	r.Writer, r.Seq = l.writer, l.seq
 	l.mu.Unlock()
 	r.Schema, r.Component, r.Actor, r.Version = Schema, l.cfg.Component, l.cfg.Actor, l.cfg.Version
 	if r.Time.IsZero() {
@@ -311,7 +342,12 @@ func (l *Ledger) Run(ctx context.Context) {
 }
 
 func (l *Ledger) write(r Record) {
+	r.Prev = l.prev
+	r.Hash = zeroHash // its room in the line, for encode's bound
 	line, shortened, err := encode(r)
+	if err == nil {
+		line, r.Hash, err = seal(line)
+	}
 	if err != nil { // a record that cannot fit: counted, never written in part
 		for _, s := range l.sinks {
 			l.failed.WithLabelValues(s.name).Inc()
@@ -322,6 +358,7 @@ func (l *Ledger) write(r Record) {
 	if shortened {
 		l.truncated.Inc()
 	}
+	l.prev = r.Hash
 	for _, s := range l.sinks {
 		if _, err := s.w.Write(line); err != nil {
 			l.failed.WithLabelValues(s.name).Inc()
@@ -330,4 +367,36 @@ func (l *Ledger) write(r Record) {
 		}
 		l.written.WithLabelValues(s.name).Inc()
 	}
+}
+
+// zeroHash stands for a record's hash while its line is hashed.
+var zeroHash = strings.Repeat("0", 64)
+
+// hashField is how the hash field starts in a line: quotes inside any
+// text value are escaped, so only the key itself reads like this.
+var hashField = []byte(`"hash":"`)
+
+// seal puts the line's hash (LineHash) in place of its zeros.
+func seal(line []byte) ([]byte, string, error) {
+	h, at, err := LineHash(line)
+	if err != nil {
+		return nil, "", err
+	}
+	copy(line[at:], h)
+	return line, h, nil
+}
+
+// LineHash is the SHA-256 (hex) of a ledger line (without its newline)
+// with the hash field's value as zeros, and where that value starts in
+// line: the hash a sealed line must carry.
+func LineHash(line []byte) (string, int, error) {
+	i := bytes.Index(line, hashField)
+	if i < 0 || bytes.Index(line[i+1:], hashField) >= 0 || len(line) < i+len(hashField)+64+1 || line[i+len(hashField)+64] != '"' {
+		return "", 0, fmt.Errorf("a ledger line without exactly one hash field")
+	}
+	at := i + len(hashField)
+	zeroed := bytes.Clone(bytes.TrimRight(line, "\n"))
+	copy(zeroed[at:], zeroHash)
+	sum := sha256.Sum256(zeroed)
+	return hex.EncodeToString(sum[:]), at, nil
 }

@@ -539,8 +539,13 @@ func eventRecorder(ctx context.Context, client kubernetes.Interface, o Options) 
 // leader election); ErrLostLease when another replica took it.
 func elect(ctx context.Context, client kubernetes.Interface, o Options, lead func(context.Context)) error {
 	logger := klog.FromContext(ctx)
+	// The ledger shows who led when, and so the periods without a leader
+	// (certready ledger verify).
+	led := o.Controller.Ledger
 	if !o.LeaderElect {
+		led.Record(ledger.Record{Action: ledger.LeaderAcquired, Message: "no leader election: this replica leads"})
 		lead(ctx)
+		led.Record(ledger.Record{Action: ledger.LeaderLost, Message: "stopped"})
 		return nil
 	}
 	lock := &resourcelock.LeaseLock{
@@ -549,6 +554,7 @@ func elect(ctx context.Context, client kubernetes.Interface, o Options, lead fun
 		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
 	}
 	lost := false
+	var leading atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaseDuration,
@@ -559,11 +565,18 @@ func elect(ctx context.Context, client kubernetes.Interface, o Options, lead fun
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				logger.Info("Acquired the leader Lease", "identity", o.Identity, "lease", o.LeaseNamespace+"/"+o.LeaseName)
+				led.Record(ledger.Record{Action: ledger.LeaderAcquired, Message: "acquired the Lease " + o.LeaseNamespace + "/" + o.LeaseName})
+				leading.Store(true)
 				lead(lctx)
 			},
 			OnStoppedLeading: func() {
+				msg := "released the Lease: stopping"
 				if ctx.Err() == nil {
-					lost = true
+					lost, msg = true, "lost the Lease"
+				}
+				// client-go calls this on a standby's stop too.
+				if leading.Load() {
+					led.Record(ledger.Record{Action: ledger.LeaderLost, Message: msg})
 				}
 			},
 			OnNewLeader: func(id string) {
