@@ -159,6 +159,8 @@ func (f *approverFlags) options() (approver.Options, error) {
 	}
 	switch mc := &f.metricsCert; {
 	case mc.CASecret == "" && mc.ServingSecret == "":
+	case !f.serving.secure || f.serving.metricsAddr == "":
+		// No TLS metrics endpoint: no certificate to keep.
 	case mc.CASecret == "" || mc.ServingSecret == "":
 		return approver.Options{}, errors.New("--metrics-ca-secret and --metrics-tls-secret are set together (the approver keeps both) or both empty (it keeps neither)")
 	case mc.CASecret == mc.ServingSecret:

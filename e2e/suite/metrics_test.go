@@ -58,7 +58,7 @@ func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
 	// in certready-metrics-tls, verified with that Secret's ca.crt for the
 	// name certready-metrics, and nothing else.
 	var caPEM []byte
-	if err := localcluster.Poll(ctx, time.Minute, "the approver fills certready-metrics-tls", func() (bool, error) {
+	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver fills certready-metrics-tls", func() (bool, error) {
 		s, err := cs.CoreV1().Secrets(deploy.Namespace).Get(ctx, "certready-metrics-tls", metav1.GetOptions{})
 		if err != nil {
 			return false, nil

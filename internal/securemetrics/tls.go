@@ -30,8 +30,10 @@ const (
 // certDir (read again when either file changes, as a Secret mount or
 // cert-manager renews them in place), or with no certDir a self-signed
 // certificate for hosts made at start (its key never leaves memory). A
-// certDir that exists but holds neither file yet (the Secret the approver
-// fills, mounted before it is) is served self-signed until both appear.
+// certDir that exists but holds no good pair yet (the Secret the approver
+// fills, mounted before it is; or a pair that does not load) is served
+// self-signed until a good pair appears. Only a certDir that is no folder
+// is an error.
 // HTTP/1.1 only, as controller-runtime's metrics server does: HTTP/2's
 // stream handling has been a denial-of-service surface and scrapes gain
 // nothing from it.
@@ -49,17 +51,22 @@ func TLSConfig(certDir string, hosts []string) (*tls.Config, error) {
 		return nil, fmt.Errorf("folder %s, meant to hold %s and %s: %w", certDir, CertFile, KeyFile, errors.Join(err, notDir(fi)))
 	}
 	kp := &keyPair{cert: filepath.Join(certDir, CertFile), key: filepath.Join(certDir, KeyFile)}
+	// Until the folder holds a good pair (nothing written yet, or a pair
+	// that does not load: whoever writes the Secret must not be able to
+	// stop every process that restarts), a self-signed certificate, which
+	// Prometheus refuses: scrapes fail, the process keeps working.
 	var fallback *tls.Certificate
 	if _, err := kp.get(); err != nil {
-		if !kp.absent() {
-			return nil, err
-		}
-		cert, err := selfSigned(hosts, time.Now())
-		if err != nil {
-			return nil, err
+		cert, serr := selfSigned(hosts, time.Now())
+		if serr != nil {
+			return nil, serr
 		}
 		fallback = &cert
-		klog.Background().Info("Serving a self-signed metrics certificate until the certificate folder holds both files", "folder", certDir, "files", []string{CertFile, KeyFile})
+		if kp.absent() {
+			klog.Background().Info("Serving a self-signed metrics certificate until the certificate folder holds both files", "folder", certDir, "files", []string{CertFile, KeyFile})
+		} else {
+			klog.Background().Error(err, "Serving a self-signed metrics certificate: the certificate folder's pair does not load; Prometheus refuses it until the pair is fixed", "folder", certDir)
+		}
 	}
 	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		c, err := kp.get()

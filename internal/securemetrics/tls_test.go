@@ -115,7 +115,8 @@ func TestCertDirIsReloaded(t *testing.T) {
 
 // The Secret the approver fills, mounted before it is: an empty folder is
 // served self-signed (not verifiable with the CA) until both files appear,
-// then the folder's certificate, without a restart.
+// then the folder's certificate, without a restart; likewise a folder
+// whose pair does not load.
 func TestEmptyCertDirServesSelfSignedUntilFilled(t *testing.T) {
 	ca, err := testpki.NewCA("metrics-ca")
 	if err != nil {
@@ -146,12 +147,25 @@ func TestEmptyCertDirServesSelfSignedUntilFilled(t *testing.T) {
 		t.Fatalf("after the folder was filled: %v, want its certificate, verified", err)
 	}
 
-	// A folder holding a broken pair is no empty folder: start-up fails.
+	// A folder holding a broken pair (whoever writes the Secret wrote it)
+	// does not stop the process: self-signed, until the pair loads.
 	bad := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bad, securemetrics.CertFile), []byte("not PEM"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := securemetrics.TLSConfig(bad, nil); err == nil {
-		t.Error("a certificate without a key: no error, want start-up to fail")
+	badCfg, err := securemetrics.TLSConfig(bad, nil)
+	if err != nil {
+		t.Fatalf("a broken pair: %v, want a self-signed certificate, not a start-up failure", err)
+	}
+	if _, err := handshake(t, badCfg, ca.Pool(), name); err == nil {
+		t.Error("a broken pair: the certificate verified with the CA")
+	}
+	for f, b := range map[string][]byte{securemetrics.CertFile: p.CertPEM(), securemetrics.KeyFile: p.KeyPEM()} {
+		if err := os.WriteFile(filepath.Join(bad, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leaf, err := handshake(t, badCfg, ca.Pool(), name); err != nil || !leaf.Equal(p.Cert) {
+		t.Errorf("after the pair was fixed: %v, want it served", err)
 	}
 }

@@ -39,6 +39,9 @@ const (
 	KeyKey    = "tls.key"
 	CABundle  = "ca.crt"
 	CAKeyFile = "ca.key"
+	// PreviousCAFile, in the CA Secret: the CA a planned renewal replaced,
+	// trusted (in the serving Secret's bundle) until it expires.
+	PreviousCAFile = "previous-ca.crt"
 )
 
 // Lifetimes: the serving certificate is renewed with a third of its life
@@ -58,25 +61,28 @@ type Material struct {
 // Plan returns what the Secrets must hold for serverName at now, given what
 // they hold (any of it missing, malformed or hostile: whoever writes Secrets
 // in the namespace can write them), and why it changed (nothing when the
-// current content is good).
+// current content is good). The CA bundle is built from the CA Secret
+// alone: the CA, and its predecessor (PreviousCAFile) only after a planned
+// renewal and until it expires. A CA replaced because it was bad, or
+// emptied by an operator rotating it, leaves no predecessor trusted.
 func Plan(cur Material, serverName string, now time.Time) (Material, []string, error) {
 	if serverName == "" {
 		return Material{}, nil, errors.New("no server name")
 	}
 	var why []string
-	caCert, caKey, err := parseCA(cur.CA)
+	caCert, caKey, err := parseCA(cur.CA, serverName, now)
+	next := Material{CA: cur.CA, TLS: cur.TLS}
+	var previous *x509.Certificate
 	switch {
 	case err != nil:
 		why = append(why, "new CA: "+err.Error())
 	case renewDue(caCert, now):
 		why = append(why, fmt.Sprintf("new CA: the CA expires at %s", caCert.NotAfter.UTC().Format(time.RFC3339)))
+		previous = caCert
+	default:
+		previous = previousCA(cur.CA[PreviousCAFile], caCert, now)
 	}
-	next := Material{CA: cur.CA, TLS: cur.TLS}
-	var old *x509.Certificate
 	if len(why) > 0 {
-		if err == nil && now.Before(caCert.NotAfter) {
-			old = caCert
-		}
 		if caCert, caKey, err = newCA(now); err != nil {
 			return Material{}, nil, err
 		}
@@ -85,13 +91,16 @@ func Plan(cur Material, serverName string, now time.Time) (Material, []string, e
 			return Material{}, nil, err
 		}
 		next.CA = map[string][]byte{CABundle: encodeCert(caCert.Raw), CAKeyFile: keyPEM}
+		if previous != nil {
+			next.CA[PreviousCAFile] = encodeCert(previous.Raw)
+		}
+	} else if previous == nil && len(cur.CA[PreviousCAFile]) > 0 {
+		why = append(why, "the previous CA expired or is no CA: dropped")
+		next.CA = map[string][]byte{CABundle: cur.CA[CABundle], CAKeyFile: cur.CA[CAKeyFile]}
 	}
 	bundle := encodeCert(caCert.Raw)
-	if old == nil {
-		old = previousCA(cur.TLS[CABundle], caCert, now)
-	}
-	if old != nil {
-		bundle = append(bundle, encodeCert(old.Raw)...)
+	if previous != nil {
+		bundle = append(bundle, encodeCert(previous.Raw)...)
 	}
 	if reason := servingProblem(cur.TLS, caCert, serverName, now); reason != "" || len(why) > 0 {
 		if reason != "" {
@@ -102,7 +111,7 @@ func Plan(cur Material, serverName string, now time.Time) (Material, []string, e
 			return Material{}, nil, err
 		}
 		next.TLS = map[string][]byte{CertKey: certPEM, KeyKey: keyPEM, CABundle: bundle}
-	} else if !bytes.Equal(cur.TLS[CABundle], bundle) {
+	} else if !bytes.Equal(cur.TLS[CABundle], bundle) || len(cur.TLS) != 3 {
 		why = append(why, "CA bundle brought up to date")
 		next.TLS = map[string][]byte{CertKey: cur.TLS[CertKey], KeyKey: cur.TLS[KeyKey], CABundle: bundle}
 	}
@@ -115,7 +124,11 @@ func renewDue(c *x509.Certificate, now time.Time) bool {
 	return c.NotAfter.Sub(now) < life/3
 }
 
-func parseCA(data map[string][]byte) (*x509.Certificate, crypto.Signer, error) {
+// parseCA reads the CA Secret's CA and key, and refuses one that could not
+// issue a serving certificate Prometheus accepts for serverName at now
+// (not yet valid, expired, constrained, or with a key other than ECDSA
+// P-256): it would be re-issued from forever.
+func parseCA(data map[string][]byte, serverName string, now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	if len(data[CABundle]) == 0 || len(data[CAKeyFile]) == 0 {
 		return nil, nil, errors.New("none yet")
 	}
@@ -127,6 +140,12 @@ func parseCA(data map[string][]byte) (*x509.Certificate, crypto.Signer, error) {
 	if !c.IsCA || !c.BasicConstraintsValid || c.KeyUsage&x509.KeyUsageCertSign == 0 || c.CheckSignatureFrom(c) != nil {
 		return nil, nil, fmt.Errorf("%s is not a self-signed CA certificate", CABundle)
 	}
+	if pub, ok := c.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		return nil, nil, fmt.Errorf("%s has another key than ECDSA P-256", CABundle)
+	}
+	if now.Before(c.NotBefore) || !now.Before(c.NotAfter) {
+		return nil, nil, fmt.Errorf("%s is not valid now (%s to %s)", CABundle, c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
+	}
 	k, err := keyutil.ParsePrivateKeyPEM(data[CAKeyFile])
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s is not a private key", CAKeyFile)
@@ -135,7 +154,31 @@ func parseCA(data map[string][]byte) (*x509.Certificate, crypto.Signer, error) {
 	if !ok || !publicKeysEqual(signer.Public(), c.PublicKey) {
 		return nil, nil, fmt.Errorf("%s does not belong to %s", CAKeyFile, CABundle)
 	}
+	// What it signs must verify: no name constraint or usage of its own
+	// may exclude the server name.
+	certPEM, _, err := issue(c, signer, serverName, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s cannot sign: %w", CAKeyFile, err)
+	}
+	if problem := verifies(certPEM, c, serverName, now); problem != "" {
+		return nil, nil, fmt.Errorf("a certificate it signs %s", problem)
+	}
 	return c, signer, nil
+}
+
+// verifies says what keeps certPEM from verifying for serverName with ca
+// at now, or "".
+func verifies(certPEM []byte, ca *x509.Certificate, serverName string, now time.Time) string {
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil || len(certs) != 1 {
+		return CertKey + " is not one certificate"
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return fmt.Sprintf("does not verify for %s with the CA", serverName)
+	}
+	return ""
 }
 
 // servingProblem says what is wrong with the serving certificate in data,
@@ -144,43 +187,36 @@ func servingProblem(data map[string][]byte, ca *x509.Certificate, serverName str
 	if len(data[CertKey]) == 0 || len(data[KeyKey]) == 0 {
 		return "none yet"
 	}
-	certs, err := certutil.ParseCertsPEM(data[CertKey])
-	if err != nil || len(certs) != 1 {
-		return CertKey + " is not one certificate"
+	if problem := verifies(data[CertKey], ca, serverName, now); problem != "" {
+		return "it " + problem
 	}
-	c := certs[0]
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return fmt.Sprintf("it does not verify for %s with the CA", serverName)
-	}
+	c, _ := certutil.ParseCertsPEM(data[CertKey])
 	k, err := keyutil.ParsePrivateKeyPEM(data[KeyKey])
 	if err != nil {
 		return KeyKey + " is not a private key"
 	}
-	if s, ok := k.(crypto.Signer); !ok || !publicKeysEqual(s.Public(), c.PublicKey) {
+	if s, ok := k.(crypto.Signer); !ok || !publicKeysEqual(s.Public(), c[0].PublicKey) {
 		return KeyKey + " does not belong to " + CertKey
 	}
-	if renewDue(c, now) {
-		return "it expires at " + c.NotAfter.UTC().Format(time.RFC3339)
+	if renewDue(c[0], now) {
+		return "it expires at " + c[0].NotAfter.UTC().Format(time.RFC3339)
 	}
 	return ""
 }
 
-// previousCA is the CA in bundle other than current that is still valid:
-// a renewed CA's predecessor, kept until the certificates it signed are
-// gone.
-func previousCA(bundle []byte, current *x509.Certificate, now time.Time) *x509.Certificate {
-	certs, err := certutil.ParseCertsPEM(bundle)
-	if err != nil {
+// previousCA is the predecessor the CA Secret records (PreviousCAFile),
+// while it is still valid: the certificates it signed may still be
+// served until the pods' volumes catch up.
+func previousCA(pemBytes []byte, current *x509.Certificate, now time.Time) *x509.Certificate {
+	certs, err := certutil.ParseCertsPEM(pemBytes)
+	if err != nil || len(certs) != 1 {
 		return nil
 	}
-	for _, c := range certs {
-		if !c.Equal(current) && c.IsCA && now.Before(c.NotAfter) && c.CheckSignatureFrom(c) == nil {
-			return c
-		}
+	c := certs[0]
+	if c.Equal(current) || !c.IsCA || !now.Before(c.NotAfter) || c.CheckSignatureFrom(c) != nil {
+		return nil
 	}
-	return nil
+	return c
 }
 
 func publicKeysEqual(a, b crypto.PublicKey) bool {
@@ -263,15 +299,18 @@ type Keeper struct {
 	Now                     func() time.Time
 }
 
-// Run keeps the Secrets until ctx ends; failures are logged and retried at
-// the next interval (a minute at most while they fail).
+// Run keeps the Secrets until ctx ends; failures are logged and retried
+// from 5 seconds, doubling up to a minute, while they fail.
 func (k *Keeper) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("namespace", k.Namespace, "caSecret", k.CASecret, "servingSecret", k.ServingSecret)
+	retry := 5 * time.Second
 	for {
 		wait := k.Interval
 		if err := k.Ensure(ctx); err != nil {
-			logger.Error(err, "Could not keep the metrics serving certificate; the metrics endpoints serve a certificate Prometheus cannot verify until this succeeds")
-			wait = min(wait, time.Minute)
+			logger.Error(err, "Could not keep the metrics serving certificate; the metrics endpoints serve a certificate Prometheus cannot verify until this succeeds", "retry", retry)
+			wait, retry = min(wait, retry), min(2*retry, time.Minute)
+		} else {
+			retry = 5 * time.Second
 		}
 		t := time.NewTimer(wait)
 		select {

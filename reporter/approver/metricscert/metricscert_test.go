@@ -2,8 +2,14 @@ package metricscert_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
 
 	"github.com/certready/certready/internal/securemetrics"
 	"github.com/certready/certready/internal/testpki"
@@ -214,5 +221,63 @@ func TestKeeperFillsTheSecretsAndTheEndpointVerifies(t *testing.T) {
 	}
 	if err := get("certready-metrics.elsewhere"); err == nil {
 		t.Error("another server name verified")
+	}
+}
+
+// hostileCA is a CA Secret's content for a self-signed CA made from tmpl.
+func hostileCA(t *testing.T, tmpl *x509.Certificate) map[string][]byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.SerialNumber, tmpl.IsCA, tmpl.BasicConstraintsValid = big.NewInt(7), true, true
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{metricscert.CABundle: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), metricscert.CAKeyFile: keyPEM}
+}
+
+// What the bundle trusts comes from the CA Secret alone: a CA slipped
+// into the mounted Secret's ca.crt is dropped, a CA an operator emptied to
+// rotate it is not carried over, and a CA that parses but cannot sign a
+// certificate that verifies (not yet valid, or constrained away from the
+// name) is replaced rather than re-issued from forever.
+func TestPlanTrustsOnlyTheCASecret(t *testing.T) {
+	first, _ := mustPlan(t, metricscert.Material{}, t0)
+	attacker, _ := mustPlan(t, metricscert.Material{}, t0)
+	slipped := metricscert.Material{CA: first.CA, TLS: map[string][]byte{}}
+	for k, v := range first.TLS {
+		slipped.TLS[k] = v
+	}
+	slipped.TLS[metricscert.CABundle] = append(append([]byte{}, first.TLS[metricscert.CABundle]...), attacker.CA[metricscert.CABundle]...)
+	next, why := mustPlan(t, slipped, t0)
+	if n := len(certs(t, next.TLS[metricscert.CABundle])); n != 1 || len(why) == 0 {
+		t.Errorf("a CA slipped into ca.crt: bundle of %d CAs (%v), want the CA Secret's one", n, why)
+	}
+
+	rotated, _ := mustPlan(t, metricscert.Material{CA: map[string][]byte{}, TLS: first.TLS}, t0)
+	if b := certs(t, rotated.TLS[metricscert.CABundle]); len(b) != 1 || b[0].Equal(certs(t, first.CA[metricscert.CABundle])[0]) {
+		t.Errorf("after the CA Secret was emptied: bundle %d CAs, want only the new CA", len(b))
+	}
+
+	for name, ca := range map[string]map[string][]byte{
+		"not valid yet": hostileCA(t, &x509.Certificate{Subject: pkix.Name{CommonName: "later"}, NotBefore: t0.Add(365 * 24 * time.Hour), NotAfter: t0.Add(20 * 365 * 24 * time.Hour)}),
+		"constrained away from the name": hostileCA(t, &x509.Certificate{Subject: pkix.Name{CommonName: "constrained"}, NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(5 * 365 * 24 * time.Hour),
+			PermittedDNSDomainsCritical: true, PermittedDNSDomains: []string{"example.com"}}),
+	} {
+		next, why := mustPlan(t, metricscert.Material{CA: ca}, t0)
+		if string(next.CA[metricscert.CABundle]) == string(ca[metricscert.CABundle]) || verifies(t, next, t0) != nil {
+			t.Errorf("a CA %s: kept (%v), want it replaced by one whose certificate verifies", name, why)
+		}
+		if _, again := mustPlan(t, next, t0); len(again) != 0 {
+			t.Errorf("a CA %s: planned again %v, want nothing", name, again)
+		}
 	}
 }
