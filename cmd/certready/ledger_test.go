@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,8 @@ func TestLedgerVerifyCommand(t *testing.T) {
 		code := 0
 		if err := root.Execute(); err != nil {
 			code = 2
-			if c, ok := err.(exitCode); ok {
+			var c exitCode
+			if errors.As(err, &c) {
 				code = int(c)
 			}
 		}

@@ -391,7 +391,7 @@ func seal(line []byte) ([]byte, string, error) {
 // line: the hash a sealed line must carry.
 func LineHash(line []byte) (string, int, error) {
 	i := bytes.Index(line, hashField)
-	if i < 0 || bytes.Index(line[i+1:], hashField) >= 0 || len(line) < i+len(hashField)+64+1 || line[i+len(hashField)+64] != '"' {
+	if i < 0 || bytes.Contains(line[i+1:], hashField) || len(line) < i+len(hashField)+64+1 || line[i+len(hashField)+64] != '"' {
 		return "", 0, fmt.Errorf("a ledger line without exactly one hash field")
 	}
 	at := i + len(hashField)
