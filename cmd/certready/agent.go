@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +18,7 @@ import (
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/apipath"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/observe"
 )
@@ -51,6 +53,12 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.ExpiryCritical, "expiry-critical", agent.DefaultExpiryCritical, "The same, critical (window=\"critical\"); at most --expiry-warning.")
 	fs.DurationVar(&cfg.CAExpiryWarning, "ca-expiry-warning", agent.DefaultCAExpiryWarning, "The cluster CA's expiry alert window (window=\"ca-warning\").")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", agent.Config{}.Defaults().MaxClockSkew, "Largest difference tolerated between the node's clock and the API server's (the Date of its responses) before the condition says ClockSkew; validity is judged by the API server's clock either way.")
+	var proof string
+	fs.StringVar(&proof, "apiserver-proof", string(apipath.Required), "Prove the API server's own connection to this node's kubelet (the path of kubectl logs) by asking it for one byte of this pod's log (needs get on pods/log in the pod's namespace): required (the ready verdict needs it; failures are APIServerCannotVerifyKubelet, APIServerCannotReachKubelet, APIServerProofUnavailable), observe (metrics only), off.")
+	fs.StringVar(&cfg.PodName, "pod-name", os.Getenv("POD_NAME"), "This agent's pod (default: $POD_NAME, from the downward API metadata.name), whose log --apiserver-proof asks for.")
+	fs.StringVar(&cfg.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "This agent's pod's namespace (default: $POD_NAMESPACE).")
+	fs.StringVar(&cfg.Container, "container-name", "agent", "This agent's container in its pod.")
+	fs.DurationVar(&cfg.APIProofInterval, "apiserver-proof-interval", 10*time.Minute, "How long a proof of the API server's path stands for the same certificate (plus up to a tenth, random); a new certificate, and a verdict about to become ready, are proven again at once.")
 	serving.add(fs, ":9721", ":9722", "")
 	lf.add(fs)
 	kf.add(fs, 5, 10)
@@ -58,6 +66,12 @@ func runAgent(ctx context.Context, args []string) int {
 	if code := parseOrExit(fs, args); code >= 0 {
 		return code
 	}
+	mode, err := apipath.ParseMode(proof)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "certready agent: --apiserver-proof=%s: %v\n", proof, err)
+		return 2
+	}
+	cfg.APIServerProof = mode
 	cfg.ConditionType = corev1.NodeConditionType(condType)
 	cfg.Version = version
 	if err := settingsFallback(fs, func() error { return cfg.Defaults().ValidateExpiry() }); err != nil {

@@ -39,6 +39,10 @@ type API interface {
 	// ClusterUID is the kube-system Namespace's UID: the cluster's
 	// identity in the decision ledger.
 	ClusterUID(ctx context.Context) (string, error)
+	// PodLog asks the API server for at most one byte of a container's
+	// log: the API server dials the pod's kubelet for it, as for kubectl
+	// logs.
+	PodLog(ctx context.Context, namespace, pod, container string) error
 }
 
 // Scheme holds the node side's types, and no others of their groups:
@@ -148,4 +152,11 @@ func (c *Client) ClusterUID(ctx context.Context) (string, error) {
 
 func (c *Client) CreateEvent(ctx context.Context, e *corev1.Event) error {
 	return c.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Error()
+}
+
+func (c *Client) PodLog(ctx context.Context, namespace, pod, container string) error {
+	// Do, not DoRaw: its error carries the Status the API server sent
+	// (the kubelet dial's failure, in its message).
+	return c.core.Get().Namespace(namespace).Resource("pods").Name(pod).SubResource("log").
+		Param("container", container).Param("limitBytes", "1").Do(ctx).Error()
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/apipath"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/csrmatch"
@@ -87,6 +88,15 @@ type Config struct {
 	// them (certready_expiry_window_seconds), so that the alerts read the
 	// node's setting rather than a constant.
 	ExpiryWarning, ExpiryCritical, CAExpiryWarning time.Duration
+	// APIServerProof: whether the API server's own path to the kubelet
+	// (the path of kubectl logs) is asked (apipath.Observe) and required
+	// for the ready verdict (apipath.Required); "" is apipath.Off. It asks
+	// for one byte of this pod's container's log: PodNamespace, PodName,
+	// Container.
+	APIServerProof                   apipath.Mode
+	PodNamespace, PodName, Container string
+	// APIProofInterval: how long a proof of the same certificate stands.
+	APIProofInterval time.Duration
 }
 
 // The expiry windows' defaults.
@@ -121,6 +131,10 @@ func (c Config) Defaults() Config {
 	def(&c.ExpiryWarning, DefaultExpiryWarning)
 	def(&c.ExpiryCritical, DefaultExpiryCritical)
 	def(&c.CAExpiryWarning, DefaultCAExpiryWarning)
+	def(&c.APIProofInterval, 10*time.Minute)
+	if c.APIServerProof == "" {
+		c.APIServerProof = apipath.Off
+	}
 	return c
 }
 
@@ -137,6 +151,8 @@ func (c Config) Validate() error {
 		return errors.New("--resync and --heartbeat must be positive")
 	case c.ValidateExpiry() != nil:
 		return c.ValidateExpiry()
+	case c.APIServerProof != apipath.Off && (c.PodName == "" || c.PodNamespace == "" || c.Container == ""):
+		return fmt.Errorf("--apiserver-proof=%s asks the API server for this pod's log: set --pod-name and --pod-namespace (POD_NAME and POD_NAMESPACE from the downward API) and --container-name, or --apiserver-proof=off", c.APIServerProof)
 	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
 		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
 	}
@@ -178,6 +194,9 @@ type Agent struct {
 	// Worker-only state.
 	proven *provenCSR  // the CSR that proved the current fingerprint
 	served *servedCert // the certificate last published ready
+	// publishedReady: the last verdict published was ready.
+	publishedReady bool
+	apiProof       *apipath.Prover
 	// stuck is the renewal's last assessment, since when it has held and
 	// whether it was reported.
 	stuck   stuckRenewal
@@ -348,6 +367,18 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 		},
 		Stage: a.setStage, Done: a.metrics.observe,
 	}
+	if a.cfg.APIServerProof != apipath.Off {
+		a.apiProof = &apipath.Prover{
+			Ask: func(ctx context.Context) error {
+				return a.client.PodLog(ctx, a.cfg.PodNamespace, a.cfg.PodName, a.cfg.Container)
+			},
+			Timeout: 10 * time.Second, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
+			Count: func(o verdict.APIPathOutcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
+		}
+		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
+			return a.apiProof.Evidence(ctx, fp, a.now(), !a.publishedReady)
+		}
+	}
 }
 
 // Check runs one check and publishes its verdict. It returns how long until
@@ -372,7 +403,8 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.writerUID = node.UID
 	}
 	now := a.now()
-	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version}
+	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version,
+		RequireAPIPath: a.cfg.APIServerProof == apipath.Required}
 	if a.cfg.Clock != nil {
 		if r := a.cfg.Clock.Read(); r.Known {
 			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
@@ -427,6 +459,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	a.metrics.writes.WithLabelValues(string(out)).Inc()
 	a.metrics.published(v, now, out == condition.Transitioned)
+	a.publishedReady = v.Ready()
 	if out == condition.Transitioned {
 		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
 		a.recordVerdict(now, v, in)

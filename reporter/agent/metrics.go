@@ -32,10 +32,15 @@ type metrics struct {
 	renewalStuck   *prometheus.GaugeVec
 	clientNotAfter prometheus.Gauge
 	expiryWindow   *prometheus.GaugeVec
+	apiProofs      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	m := &metrics{
+		apiProofs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_apiserver_path_proofs_total",
+			Help: "Log requests through the API server that proved (proven) or failed to prove its connection to this node's kubelet: cannot-verify (its TLS to the kubelet fails), cannot-reach (it cannot connect), unavailable (the request told nothing: RBAC, an API error).",
+		}, []string{"outcome"}),
 		expiryWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "certready_expiry_window_seconds",
 			Help: "The agent's expiry windows, in seconds, that the expiry alerts compare with: window=warning (--expiry-warning) and critical (--expiry-critical) for the kubelet's serving and client certificates, ca-warning (--ca-expiry-warning) for the cluster CA.",
@@ -111,7 +116,10 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 		}),
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
-		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow)
+		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow, m.apiProofs)
+	for _, o := range verdict.APIPathOutcomes {
+		m.apiProofs.WithLabelValues(string(o))
+	}
 	oneHot(m.reason, verdict.AllReasons, "")
 	m.setRenewal(renewal.NotDue)
 	m.expiryWindow.WithLabelValues("warning").Set(cfg.ExpiryWarning.Seconds())

@@ -79,3 +79,8 @@ func (a adapter) CreateEvent(ctx context.Context, e *corev1.Event) error {
 	_, err := a.cs.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
 	return err
 }
+
+func (a adapter) PodLog(ctx context.Context, namespace, pod, container string) error {
+	limit := int64(1)
+	return a.cs.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, LimitBytes: &limit}).Do(ctx).Error()
+}

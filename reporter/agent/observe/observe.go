@@ -60,6 +60,10 @@ type Check struct {
 	// watchdog and its per-step duration histogram).
 	Stage func(string)
 	Done  func(verdict.Check, time.Duration)
+	// APIPath, when set, proves the API server's path to the kubelet
+	// (package apipath) for the installed certificate, once every
+	// node-local check passed.
+	APIPath func(ctx context.Context, installed fingerprint.SHA256) verdict.APIPath
 }
 
 // Run fills in the evidence of in (whose Node, Now and Clock the caller
@@ -110,6 +114,13 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		res := probe.Probe(ctx, EndpointTarget(in, KubeletPort(c.KubeletPort, node), c.ProbeTimeout))
 		done(verdict.CheckEndpoint, start)
 		in.Endpoint = &res
+	}
+	if c.APIPath != nil && verdict.NeedsAPIPath(in) {
+		stage("asking the API server for this pod's log (its path to the kubelet)")
+		start = time.Now()
+		res := c.APIPath(ctx, in.File.Fingerprint)
+		done(verdict.CheckAPIServerPath, start)
+		in.APIPath = &res
 	}
 	return in
 }

@@ -36,6 +36,11 @@ const (
 	EndpointCertificateUntrusted Reason = "EndpointCertificateUntrusted"
 	EndpointCertificateMismatch  Reason = "EndpointCertificateMismatch"
 
+	// The API server's own path to the kubelet (status True): kubectl
+	// logs, exec and port-forward fail though the node serves.
+	APIServerCannotVerifyKubelet Reason = "APIServerCannotVerifyKubelet"
+	APIServerCannotReachKubelet  Reason = "APIServerCannotReachKubelet"
+
 	// The agent itself could not check (status Unknown).
 	CAUnavailable   Reason = "CAUnavailable"
 	CSRLookupFailed Reason = "CSRLookupFailed"
@@ -43,6 +48,9 @@ const (
 	// CheckStalled: no check completed for too long (the agent's
 	// watchdog); the last verdict no longer stands.
 	CheckStalled Reason = "CheckStalled"
+	// APIServerProofUnavailable: the log request through the API server
+	// told nothing about its path to the kubelet (RBAC, an API error).
+	APIServerProofUnavailable Reason = "APIServerProofUnavailable"
 )
 
 // AllReasons lists every reason, for metrics that export one series per reason.
@@ -52,7 +60,8 @@ var AllReasons = []Reason{
 	CertificateInvalid, CertificateNotYetValid, CertificateExpired, CertificateUntrusted, CertificateIdentityMismatch, ClockSkew,
 	CSRNotFound, CSRPending, CSRDenied, CSRFailed, CSRNotIssued,
 	EndpointUnreachable, EndpointNoCertificate, EndpointNotTLS, EndpointHandshakeFailed, EndpointCertificateUntrusted, EndpointCertificateMismatch,
-	CAUnavailable, CSRLookupFailed, NotChecked, CheckStalled,
+	APIServerCannotVerifyKubelet, APIServerCannotReachKubelet,
+	CAUnavailable, CSRLookupFailed, NotChecked, CheckStalled, APIServerProofUnavailable,
 }
 
 // Transient reports whether r can be a passing state of a healthy kubelet

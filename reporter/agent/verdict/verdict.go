@@ -32,10 +32,36 @@ const (
 	CheckCertificate Check = "certificate"
 	CheckCSR         Check = "csr"
 	CheckEndpoint    Check = "endpoint"
+	// CheckAPIServerPath: the API server's own connection to the kubelet
+	// (package apipath), the path of kubectl logs.
+	CheckAPIServerPath Check = "apiserver-path"
 )
 
 // Checks lists the checks in the order they run.
-var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint}
+var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint, CheckAPIServerPath}
+
+// APIPathOutcome is what the API server's answer to a log request says
+// about its connection to the kubelet.
+type APIPathOutcome string
+
+const (
+	APIPathProven       APIPathOutcome = "proven"
+	APIPathCannotVerify APIPathOutcome = "cannot-verify"
+	APIPathCannotReach  APIPathOutcome = "cannot-reach"
+	// APIPathUnavailable: the request told nothing about the path (RBAC,
+	// throttling, another API error): the verdict is Unknown.
+	APIPathUnavailable APIPathOutcome = "unavailable"
+)
+
+// APIPathOutcomes lists them, for metrics.
+var APIPathOutcomes = []APIPathOutcome{APIPathProven, APIPathCannotVerify, APIPathCannotReach, APIPathUnavailable}
+
+// APIPath is the evidence of the API server's path to the kubelet.
+type APIPath struct {
+	Outcome APIPathOutcome
+	// Detail is the API server's error, or why nothing was learnt.
+	Detail string
+}
 
 // Input is everything the verdict is computed from.
 type Input struct {
@@ -62,6 +88,10 @@ type Input struct {
 	SkipCSR bool
 	// Endpoint is nil when the kubelet port was not probed.
 	Endpoint *Endpoint
+	// RequireAPIPath: the ready verdict needs APIPath proven as well
+	// (--apiserver-proof=required); APIPath is nil when it was not asked.
+	RequireAPIPath bool
+	APIPath        *APIPath
 	// ClientNotAfter is the expiry of the kubelet's client certificate
 	// (<pki-dir>/kubelet-client-current.pem), zero when it could not be
 	// read. It is stated in a Ready message's facts and judges nothing.
@@ -182,6 +212,15 @@ func Stalled(now, last time.Time, stage string) Verdict {
 // skip the handshake when an earlier check already failed.
 func NeedsEndpoint(in Input) bool {
 	in.Endpoint = &Endpoint{Outcome: Presented, Fingerprint: in.File.Fingerprint}
+	in.APIPath = &APIPath{Outcome: APIPathProven}
+	return Evaluate(in).Ready()
+}
+
+// NeedsAPIPath reports whether in passes every node-local check, so that
+// the API server's path decides the verdict (or, when not required, is
+// worth observing).
+func NeedsAPIPath(in Input) bool {
+	in.RequireAPIPath = false
 	return Evaluate(in).Ready()
 }
 
@@ -380,6 +419,9 @@ func (e *evaluation) endpoint() Verdict {
 		switch {
 		case ep.Fingerprint == in.File.Fingerprint:
 			e.pass(CheckEndpoint)
+			if v, failed := e.apiPath(); failed {
+				return v
+			}
 			leaf := in.File.Leaf
 			return Verdict{
 				Status: corev1.ConditionFalse,
@@ -407,6 +449,30 @@ func (e *evaluation) endpoint() Verdict {
 	}
 	v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, r, "%s", ep.Describe())
 	return v
+}
+
+// apiPath judges the API server's path to the kubelet, when required.
+func (e *evaluation) apiPath() (Verdict, bool) {
+	if !e.in.RequireAPIPath {
+		return Verdict{}, false
+	}
+	p := e.in.APIPath
+	switch {
+	case p == nil:
+		return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, NotChecked, "the API server's connection to the kubelet (the path of kubectl logs) has not been proven yet")
+	case p.Outcome == APIPathProven:
+		e.pass(CheckAPIServerPath)
+		e.proof += "; the API server reached and verified the kubelet (kubectl logs)"
+		return Verdict{}, false
+	case p.Outcome == APIPathCannotVerify:
+		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotVerifyKubelet,
+			"the node serves its certificate, but the API server's own TLS connection to the kubelet fails, so kubectl logs and exec fail: %s (check the API server's --kubelet-certificate-authority and that the certificate covers the address its --kubelet-preferred-address-types picks)", p.Detail)
+	case p.Outcome == APIPathCannotReach:
+		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotReachKubelet,
+			"the node serves its certificate, but the API server cannot reach the kubelet, so kubectl logs and exec fail: %s (check the network and firewalls from the control plane to the node's kubelet port)", p.Detail)
+	}
+	return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, APIServerProofUnavailable,
+		"the API server's connection to the kubelet could not be proven: %s", p.Detail)
 }
 
 func sans(c *x509.Certificate) string {

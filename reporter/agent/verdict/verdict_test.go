@@ -77,6 +77,9 @@ func (f *fixture) ready() verdict.Input {
 		File:     observed(f.good),
 		CSR:      &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.Issued, Name: "csr-1", Created: now.Add(-10 * time.Minute)}, Retention: time.Hour},
 		Endpoint: presented(f.good),
+		// As the agent runs by default (--apiserver-proof=required).
+		RequireAPIPath: true,
+		APIPath:        &verdict.APIPath{Outcome: verdict.APIPathProven},
 	}
 }
 
@@ -90,6 +93,21 @@ func TestEvaluate(t *testing.T) {
 		wantText   string
 	}{
 		{name: "every check passes", mutate: func(*verdict.Input) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
+		{name: "the API server cannot verify the kubelet (its CA, or the address it dials not in the certificate)", mutate: func(in *verdict.Input) {
+			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotVerify, Detail: `Get "https://192.0.2.11:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate signed by unknown authority`}
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotVerifyKubelet, wantText: "--kubelet-certificate-authority"},
+		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *verdict.Input) {
+			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotReach, Detail: "dial tcp 192.0.2.11:10250: i/o timeout"}
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotReachKubelet, wantText: "i/o timeout"},
+		{name: "the log request told nothing (RBAC): Unknown, never False", mutate: func(in *verdict.Input) {
+			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathUnavailable, Detail: "forbidden"}
+		}, wantStatus: corev1.ConditionUnknown, wantReason: verdict.APIServerProofUnavailable, wantText: "forbidden"},
+		{name: "the API server's path not asked yet: Unknown", mutate: func(in *verdict.Input) { in.APIPath = nil },
+			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked, wantText: "kubectl logs"},
+		{name: "--apiserver-proof=observe: a failing path judges nothing", mutate: func(in *verdict.Input) {
+			in.RequireAPIPath = false
+			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotReach}
+		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
 		{
 			name: "file missing, nothing known about CSRs",
 			mutate: func(in *verdict.Input) {
@@ -387,7 +405,7 @@ func TestEvaluate(t *testing.T) {
 			if last.Passed != v.Ready() {
 				t.Errorf("last check %s passed=%v for a verdict ready=%v", last.Check, last.Passed, v.Ready())
 			}
-			if v.Ready() && len(v.Results) != len(verdict.Checks) && !in.SkipCSR {
+			if v.Ready() && len(v.Results) != len(verdict.Checks) && !in.SkipCSR && in.RequireAPIPath {
 				t.Errorf("ready after %d checks, want all %d", len(v.Results), len(verdict.Checks))
 			}
 		})
@@ -485,6 +503,20 @@ func TestNeedsEndpoint(t *testing.T) {
 	in.CSR.Match = csrmatch.Result{State: csrmatch.Pending}
 	if verdict.NeedsEndpoint(in) {
 		t.Error("a failing CSR check decides without the endpoint")
+	}
+}
+
+// The API server's path is asked only when every node-local check passed.
+func TestNeedsAPIPath(t *testing.T) {
+	f := newFixture(t)
+	in := f.ready()
+	in.APIPath = nil
+	if !verdict.NeedsAPIPath(in) {
+		t.Error("a node that passes every node-local check should need the API server's path")
+	}
+	in.Endpoint = nil
+	if verdict.NeedsAPIPath(in) {
+		t.Error("an endpoint not probed decides without the API server's path")
 	}
 }
 
