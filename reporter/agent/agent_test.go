@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -33,12 +34,14 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/agent/apiclock"
+	"github.com/certready/certready/reporter/agent/apipath"
 	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
@@ -124,11 +127,14 @@ func (k *kubelet) serve(p *testpki.Pair) {
 }
 
 type harness struct {
-	t       *testing.T
-	ca      *testpki.CA
-	dir     string
-	cs      *fake.Clientset
-	client  kubernetes.Interface // the agent's, when not cs itself
+	t      *testing.T
+	ca     *testpki.CA
+	dir    string
+	cs     *fake.Clientset
+	client kubernetes.Interface // the agent's, when not cs itself
+	// podLog, when set, answers the agent's log request through the
+	// API server (the fake clientset's always succeeds).
+	podLog  func() error
 	kubelet *kubelet
 	reg     *prometheus.Registry
 	ready   *httpserve.Readiness
@@ -182,7 +188,11 @@ func (h *harness) run(cfg agent.Config) (stop func()) {
 	if client == nil {
 		client = h.cs
 	}
-	a, err := agent.New(cfg, nodeapitest.FromClientset(client), h.reg, h.ready)
+	api := nodeapitest.FromClientset(client)
+	if h.podLog != nil {
+		api = podLogAPI{API: api, answer: h.podLog}
+	}
+	a, err := agent.New(cfg, api, h.reg, h.ready)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -1032,5 +1042,51 @@ func TestStuckRenewalSeesARequestNoApproverLabelled(t *testing.T) {
 	})
 	if v := value(t, h.reg, "certready_renewal_stuck", map[string]string{"reason": "RenewalNotRequested"}); v != 0 {
 		t.Errorf("RenewalNotRequested = %v: the unlabelled request was missed", v)
+	}
+}
+
+type podLogAPI struct {
+	nodeapi.API
+	answer func() error
+}
+
+func (p podLogAPI) PodLog(context.Context, string, string, string) error { return p.answer() }
+
+// With --apiserver-proof=required the condition is False only once the
+// API server answered the agent's log request; when its error says it
+// cannot reach the kubelet, the node is not ready for that reason,
+// whatever the node itself serves.
+func TestTheAPIServersPathIsPartOfTheProof(t *testing.T) {
+	proofCfg := agent.Config{APIServerProof: apipath.Required, PodNamespace: "certready-system", PodName: "certready-agent-x1", Container: "agent"}
+
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.healthy("csr-1")
+	var asked atomic.Int32
+	h.podLog = func() error { asked.Add(1); return nil }
+	h.run(proofCfg)
+	c := h.waitFor(verdict.Ready)
+	if asked.Load() == 0 || !strings.Contains(c.Message, "the API server reached and verified the kubelet") {
+		t.Errorf("ready after %d log requests: %q", asked.Load(), c.Message)
+	}
+	if v := value(t, h.reg, "certready_apiserver_path_proofs_total", map[string]string{"outcome": "proven"}); v < 1 {
+		t.Errorf("proven proofs counted %v", v)
+	}
+
+	h2 := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h2.healthy("csr-1")
+	h2.podLog = func() error {
+		return apierrors.NewInternalError(errors.New(`Get "https://127.0.0.1:10250/containerLogs/certready-system/certready-agent-x1/agent?limitBytes=1": dial tcp 127.0.0.1:10250: i/o timeout`))
+	}
+	h2.run(proofCfg)
+	c = h2.waitFor(verdict.APIServerCannotReachKubelet)
+	if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "i/o timeout") {
+		t.Errorf("condition %+v, want True naming the API server's error", c)
+	}
+	h2.mu.Lock()
+	defer h2.mu.Unlock()
+	for _, p := range h2.patches {
+		if p.Status == corev1.ConditionFalse {
+			t.Errorf("published False before the API server's path was proven: %+v", p)
+		}
 	}
 }
