@@ -210,7 +210,8 @@ func TestTheDocumentedSchemaIsTheRecord(t *testing.T) {
 	na := time.Now()
 	full := Record{Schema: Schema, EventID: "x", Time: na, Cluster: "x", Component: "x", Actor: "x", Version: "x", Action: "x",
 		Rule: "x", Message: "x", Status: "x", Node: "x", CSR: "x", CSRUID: "x", Requester: "x", SANs: []string{"x"}, KeyType: "x",
-		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1}}
+		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1},
+		Writer: "x", Seq: 1, Prev: "x", Hash: "x"}
 	b, err := json.Marshal(full)
 	if err != nil {
 		t.Fatal(err)
