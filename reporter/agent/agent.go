@@ -99,6 +99,12 @@ type Config struct {
 	APIProofInterval time.Duration
 }
 
+// APIProofTimeout bounds one log request through the API server: above
+// its own 30 s dial timeout to the kubelet, so that a connection a
+// firewall drops is named by the API server (cannot reach), not by the
+// agent's deadline.
+const APIProofTimeout = 35 * time.Second
+
 // The expiry windows' defaults.
 const (
 	DefaultExpiryWarning   = 7 * 24 * time.Hour
@@ -151,6 +157,10 @@ func (c Config) Validate() error {
 		return errors.New("--resync and --heartbeat must be positive")
 	case c.ValidateExpiry() != nil:
 		return c.ValidateExpiry()
+	case c.APIServerProof != apipath.Off && c.APIProofInterval <= 0:
+		return fmt.Errorf("--apiserver-proof-interval=%s: want a positive duration", c.APIProofInterval)
+	case c.APIServerProof != apipath.Off && c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout:
+		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle + the API server proof's %s (%s), or set --apiserver-proof=off", c.StaleAfter, APIProofTimeout, c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout)
 	case c.APIServerProof != apipath.Off && (c.PodName == "" || c.PodNamespace == "" || c.Container == ""):
 		return fmt.Errorf("--apiserver-proof=%s asks the API server for this pod's log: set --pod-name and --pod-namespace (POD_NAME and POD_NAMESPACE from the downward API) and --container-name, or --apiserver-proof=off", c.APIServerProof)
 	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
@@ -372,7 +382,7 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 			Ask: func(ctx context.Context) error {
 				return a.client.PodLog(ctx, a.cfg.PodNamespace, a.cfg.PodName, a.cfg.Container)
 			},
-			Timeout: 10 * time.Second, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
+			Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
 			Count: func(o verdict.APIPathOutcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
 		}
 		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {

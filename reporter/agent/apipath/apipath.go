@@ -44,30 +44,34 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Classify names what an answer of the API server (err from the log
-// request) says about its path to the kubelet.
+// request) says about its path to the kubelet. Only an error the API
+// server sent (a Status) about its request to the kubelet
+// (".../containerLogs/...", the URL it dialled) says the path failed;
+// anything else (the agent's own connection to the API server, etcd, a
+// restarting API server) tells nothing about the path.
 func Classify(err error) (verdict.APIPathOutcome, string) {
 	if err == nil {
 		return verdict.APIPathProven, ""
 	}
-	msg := err.Error()
 	var st apierrors.APIStatus
-	if errors.As(err, &st) {
-		msg = st.Status().Message
-		switch st.Status().Code {
-		case 401, 403:
-			return verdict.APIPathUnavailable, "the API server refused the agent's log request (" + msg + "): the agent needs get on pods/log in its namespace"
-		case 404:
-			return verdict.APIPathUnavailable, "the agent's own pod was not found (" + msg + "): check --pod-name and --pod-namespace"
-		case 429:
-			return verdict.APIPathUnavailable, "the API server throttled the log request: " + msg
-		}
+	if !errors.As(err, &st) {
+		return verdict.APIPathUnavailable, "the log request did not reach the API server: " + err.Error()
 	}
+	msg := st.Status().Message
 	lower := strings.ToLower(msg)
-	switch {
-	case strings.Contains(lower, "x509:") || strings.Contains(lower, "failed to verify certificate") ||
-		strings.Contains(lower, "certificate is valid for") || strings.Contains(lower, "certificate signed by unknown authority"):
-		return verdict.APIPathCannotVerify, msg
-	case strings.Contains(lower, "remote error: tls") || strings.Contains(lower, "tls: "):
+	fromKubeletDial := strings.Contains(msg, "/containerLogs/")
+	switch code := st.Status().Code; {
+	case (code == 401 || code == 403) && strings.HasPrefix(msg, "pods "):
+		return verdict.APIPathUnavailable, "the API server refused the agent's log request (" + msg + "): the agent needs get on pods/log in its namespace"
+	case code == 401 || code == 403:
+		// Relayed from the kubelet: the TLS connection worked, the kubelet
+		// refused the API server's client (kubectl logs fails too).
+		return verdict.APIPathUnavailable, "the kubelet refused the API server's request (" + msg + "): check the kubelet's authentication and authorization of the API server's client certificate"
+	case code == 404:
+		return verdict.APIPathUnavailable, "the agent's own pod or container was not found (" + msg + "): check --pod-name, --pod-namespace and --container-name"
+	case !fromKubeletDial:
+		return verdict.APIPathUnavailable, "the log request failed: " + msg
+	case strings.Contains(lower, "x509:") || strings.Contains(lower, "failed to verify certificate") || strings.Contains(lower, "tls:"):
 		return verdict.APIPathCannotVerify, msg
 	case strings.Contains(lower, "dial tcp") || strings.Contains(lower, "connection refused") || strings.Contains(lower, "i/o timeout") ||
 		strings.Contains(lower, "no route to host") || strings.Contains(lower, "network is unreachable") || strings.Contains(lower, "connection reset"):
@@ -76,13 +80,15 @@ func Classify(err error) (verdict.APIPathOutcome, string) {
 	return verdict.APIPathUnavailable, "the log request failed: " + msg
 }
 
-// Prover asks, and remembers its last answer, so that a node in steady
-// state costs one request per Interval.
+// Prover asks, and remembers its answers, so that a node in steady state
+// costs one request per Interval, and a moment's trouble of the control
+// plane does not take back a proof of the same certificate.
 type Prover struct {
 	// Ask makes the log request (nodeapi.API.PodLog of the agent's own
 	// container).
 	Ask func(ctx context.Context) error
-	// Timeout bounds one request (a hanging log endpoint).
+	// Timeout bounds one request; above the API server's own 30 s dial
+	// timeout to the kubelet, so that a dropped connection is named by it.
 	Timeout time.Duration
 	// Interval: how long a proof of the same certificate stands (plus up
 	// to a tenth of it, random, so that a fleet's proofs spread out).
@@ -93,32 +99,48 @@ type Prover struct {
 	// Count, when set, hears each request's outcome.
 	Count func(verdict.APIPathOutcome)
 
-	mu       sync.Mutex
-	last     verdict.APIPath
-	lastFor  fingerprint.SHA256
-	lastAt   time.Time
-	failures int
-	jitter   time.Duration
+	mu sync.Mutex
+	// The last proof, of which certificate, when.
+	provenFor fingerprint.SHA256
+	provenAt  time.Time
+	// The last failed answer, for which certificate, when, and how many
+	// in a row.
+	failed    verdict.APIPath
+	failedFor fingerprint.SHA256
+	failedAt  time.Time
+	failures  int
+	jitter    time.Duration
 }
 
-// Evidence is the proof for the certificate fp at now: the last answer
-// while it stands, else a new one. It stands while it is for fp, younger
-// than Interval (Fresh when becomingReady), and was a success; a failure
-// is asked again after 30 s, doubling to Interval.
+// Evidence is the proof for the certificate fp at now. A proof of fp
+// stands for Interval (Fresh when becomingReady). A failed answer stands
+// 30 s, doubling up to Interval, before it is asked again. An answer that
+// tells nothing (unavailable) does not take back a proof of fp younger
+// than twice Interval, unless the verdict is about to become ready; a
+// failure of the path itself (cannot verify, cannot reach) does.
 func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.Time, becomingReady bool) verdict.APIPath {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.lastAt.IsZero() && fp == p.lastFor {
-		age := now.Sub(p.lastAt)
-		stands := p.Interval + p.jitter
-		if becomingReady {
-			stands = min(stands, p.Fresh)
+	proven := verdict.APIPath{Outcome: verdict.APIPathProven}
+	provenAge := now.Sub(p.provenAt)
+	hasProof := !p.provenAt.IsZero() && fp == p.provenFor && provenAge >= 0
+	stands := p.Interval + p.jitter
+	if becomingReady {
+		stands = min(stands, p.Fresh)
+	}
+	if hasProof && provenAge < stands {
+		return proven
+	}
+	graced := func(r verdict.APIPath) verdict.APIPath {
+		if r.Outcome == verdict.APIPathUnavailable && hasProof && !becomingReady && provenAge < 2*p.Interval {
+			return proven
 		}
-		if p.last.Outcome != verdict.APIPathProven {
-			stands = min(p.Interval, 30*time.Second<<min(p.failures-1, 10))
-		}
-		if age >= 0 && age < stands {
-			return p.last
+		return r
+	}
+	if !p.failedAt.IsZero() && fp == p.failedFor {
+		backoff := min(p.Interval, 30*time.Second<<min(max(p.failures-1, 0), 10))
+		if age := now.Sub(p.failedAt); age >= 0 && age < backoff {
+			return graced(p.failed)
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.Timeout)
@@ -135,12 +157,20 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	if p.Count != nil {
 		p.Count(outcome)
 	}
-	p.last, p.lastFor, p.lastAt = verdict.APIPath{Outcome: outcome, Detail: detail}, fp, now
-	p.jitter = time.Duration(rand.Int64N(int64(p.Interval/10) + 1))
 	if outcome == verdict.APIPathProven {
-		p.failures = 0
-	} else {
-		p.failures++
+		p.provenFor, p.provenAt, p.failures, p.failedAt = fp, now, 0, time.Time{}
+		if p.Interval > 0 {
+			p.jitter = time.Duration(rand.Int64N(int64(p.Interval/10) + 1))
+		}
+		return proven
 	}
-	return p.last
+	if fp != p.failedFor {
+		p.failures = 0
+	}
+	p.failed, p.failedFor, p.failedAt = verdict.APIPath{Outcome: outcome, Detail: detail}, fp, now
+	p.failures++
+	if outcome != verdict.APIPathUnavailable {
+		p.provenAt = time.Time{} // the path failed: no proof stands
+	}
+	return graced(p.failed)
 }

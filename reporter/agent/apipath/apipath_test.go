@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -42,6 +43,19 @@ func apiServer(t *testing.T, code int, message string) *rest.Config {
 	return &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 }
 
+// The agent's own connection to the API server failing says nothing about
+// the API server's path to the kubelet.
+func TestClassifyTheAgentsOwnErrorsAsUnavailable(t *testing.T) {
+	for _, err := range []error{
+		errors.New(`Get "https://10.96.0.1:443/api/v1/namespaces/certready-system/pods/x/log": dial tcp 10.96.0.1:443: connect: connection refused`),
+		errors.New(`Get "https://10.96.0.1:443/api/v1/namespaces/certready-system/pods/x/log": tls: failed to verify certificate: x509: certificate has expired`),
+	} {
+		if got, _ := apipath.Classify(err); got != verdict.APIPathUnavailable {
+			t.Errorf("%v: %s, want unavailable", err, got)
+		}
+	}
+}
+
 // What the API server answers, as it answers it on the wire (the messages
 // are those kube-apiserver passes on from its dial of the kubelet).
 func TestClassifyTheAPIServersAnswers(t *testing.T) {
@@ -60,7 +74,9 @@ func TestClassifyTheAPIServersAnswers(t *testing.T) {
 			`Get "https://192.0.2.11:10250/containerLogs/x": remote error: tls: internal error`, verdict.APIPathCannotVerify},
 		{"a firewall drops the connection", http.StatusInternalServerError,
 			`Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: i/o timeout`, verdict.APIPathCannotReach},
-		{"nothing listens", http.StatusBadGateway, `dial tcp 192.0.2.11:10250: connect: connection refused`, verdict.APIPathCannotReach},
+		{"nothing listens", http.StatusInternalServerError, `Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: connect: connection refused`, verdict.APIPathCannotReach},
+		{"the kubelet refuses the API server's client (relayed)", http.StatusForbidden, `Forbidden (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)`, verdict.APIPathUnavailable},
+		{"etcd away: a dial, but not the kubelet's", http.StatusInternalServerError, `rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.10:2379: connect: connection refused"`, verdict.APIPathUnavailable},
 		{"no right to read the log", http.StatusForbidden, `pods "certready-agent-x1" is forbidden: User "system:serviceaccount:certready-system:certready-agent" cannot get resource "pods/log"`, verdict.APIPathUnavailable},
 		{"the pod is not found", http.StatusNotFound, `pods "certready-agent-x1" not found`, verdict.APIPathUnavailable},
 		{"throttled", http.StatusTooManyRequests, `too many requests`, verdict.APIPathUnavailable},
@@ -119,7 +135,7 @@ func TestProverAsksOnlyWhenTheProofNoLongerStands(t *testing.T) {
 			t.Fatalf("%s: %d requests, want %d", s.name, got, s.wantAsks)
 		}
 	}
-	answer = errors.New(`dial tcp 192.0.2.11:10250: i/o timeout`)
+	answer = apierrors.NewInternalError(errors.New(`Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: i/o timeout`))
 	base := t0.Add(time.Hour)
 	if r := p.Evidence(ctx, a, base, false); r.Outcome != verdict.APIPathCannotReach || asked.Load() != 5 {
 		t.Fatalf("a failure: %+v after %d requests", r, asked.Load())
@@ -129,6 +145,23 @@ func TestProverAsksOnlyWhenTheProofNoLongerStands(t *testing.T) {
 	}
 	if p.Evidence(ctx, a, base.Add(31*time.Second), false); asked.Load() != 6 {
 		t.Error("a failure not asked again after 30 s")
+	}
+
+	// A proof of the same certificate survives an answer that tells
+	// nothing (the API server restarting), for up to twice the interval,
+	// except when the verdict is about to become ready.
+	answer = nil
+	p2 := &apipath.Prover{Ask: func(context.Context) error { asked.Add(1); return answer }, Timeout: time.Second, Interval: 10 * time.Minute, Fresh: time.Minute}
+	p2.Evidence(ctx, a, t0, true)
+	answer = apierrors.NewServiceUnavailable("the API server is shutting down")
+	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute), false); r.Outcome != verdict.APIPathProven {
+		t.Errorf("an unavailable answer 12 minutes after a proof: %+v, want the proof kept", r)
+	}
+	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute+time.Second), true); r.Outcome != verdict.APIPathUnavailable {
+		t.Errorf("about to become ready on an unavailable answer: %+v, want unavailable", r)
+	}
+	if r := p2.Evidence(ctx, a, t0.Add(25*time.Minute), false); r.Outcome != verdict.APIPathUnavailable {
+		t.Errorf("unavailable 25 minutes after the proof: %+v, want unavailable", r)
 	}
 
 	hang := &apipath.Prover{Ask: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, Timeout: 50 * time.Millisecond, Interval: time.Minute, Fresh: time.Minute}

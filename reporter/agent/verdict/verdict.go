@@ -462,7 +462,7 @@ func (e *evaluation) apiPath() (Verdict, bool) {
 		return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, NotChecked, "the API server's connection to the kubelet (the path of kubectl logs) has not been proven yet")
 	case p.Outcome == APIPathProven:
 		e.pass(CheckAPIServerPath)
-		e.proof += "; the API server reached and verified the kubelet (kubectl logs)"
+		e.proof += "; the API server reached the kubelet (kubectl logs)"
 		return Verdict{}, false
 	case p.Outcome == APIPathCannotVerify:
 		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotVerifyKubelet,
