@@ -110,11 +110,15 @@ type Prover struct {
 	failedAt  time.Time
 	failures  int
 	jitter    time.Duration
+	// failJitter spreads the retries of a fleet that failed at once (an
+	// API server restart): up to a tenth of the backoff, random.
+	failJitter time.Duration
 }
 
 // Evidence is the proof for the certificate fp at now. A proof of fp
 // stands for Interval (Fresh when becomingReady). A failed answer stands
-// 30 s, doubling up to Interval, before it is asked again. An answer that
+// 30 s, doubling up to Interval (plus up to a tenth, random), before it
+// is asked again. An answer that
 // tells nothing (unavailable) does not take back a proof of fp younger
 // than twice Interval, unless the verdict is about to become ready; a
 // failure of the path itself (cannot verify, cannot reach) does.
@@ -138,7 +142,7 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 		return r
 	}
 	if !p.failedAt.IsZero() && fp == p.failedFor {
-		backoff := min(p.Interval, 30*time.Second<<min(max(p.failures-1, 0), 10))
+		backoff := min(p.Interval, 30*time.Second<<min(max(p.failures-1, 0), 10)) + p.failJitter
 		if age := now.Sub(p.failedAt); age >= 0 && age < backoff {
 			return graced(p.failed)
 		}
@@ -169,6 +173,7 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	}
 	p.failed, p.failedFor, p.failedAt = verdict.APIPath{Outcome: outcome, Detail: detail}, fp, now
 	p.failures++
+	p.failJitter = time.Duration(rand.Int64N(int64(min(p.Interval, 30*time.Second<<min(p.failures-1, 10))/10) + 1))
 	if outcome != verdict.APIPathUnavailable {
 		p.provenAt = time.Time{} // the path failed: no proof stands
 	}

@@ -143,8 +143,15 @@ func TestProverAsksOnlyWhenTheProofNoLongerStands(t *testing.T) {
 	if p.Evidence(ctx, a, base.Add(10*time.Second), false); asked.Load() != 5 {
 		t.Error("a failure asked again 10 s later: want 30 s")
 	}
-	if p.Evidence(ctx, a, base.Add(31*time.Second), false); asked.Load() != 6 {
-		t.Error("a failure not asked again after 30 s")
+	if p.Evidence(ctx, a, base.Add(30*time.Second+3*time.Second+time.Millisecond), false); asked.Load() != 6 {
+		t.Error("a failure not asked again after 30 s plus at most a tenth")
+	}
+	// The next failure waits 60 s, plus up to 6 s.
+	if p.Evidence(ctx, a, base.Add(33*time.Second+59*time.Second), false); asked.Load() != 6 {
+		t.Error("a second failure asked again within 60 s: the backoff does not double")
+	}
+	if p.Evidence(ctx, a, base.Add(33*time.Second+66*time.Second+time.Millisecond), false); asked.Load() != 7 {
+		t.Error("a second failure not asked again after 66 s")
 	}
 
 	// A proof of the same certificate survives an answer that tells
