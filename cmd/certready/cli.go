@@ -152,13 +152,24 @@ func newFleetView(cmd *cobra.Command) *fleetView {
 
 // read lists the selected nodes and gives each one's line.
 func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) ([]corev1.Node, []fleet.NodeStatus, error) {
+	nodes, rows, _, err := v.readWithFindings(ctx, userAgent, now, false)
+	return nodes, rows, err
+}
+
+// readWithFindings is read, and with findings the agents' cluster
+// findings too.
+func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now time.Time, findings bool) ([]corev1.Node, []fleet.NodeStatus, []fleet.Finding, error) {
 	client, err := v.client(userAgent)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	nodes, err := listNodes(ctx, client, v.selector)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	var found []fleet.Finding
+	if findings {
+		found = readFindings(ctx, client, now)
 	}
 	rows := fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now)
 	if fleet.NRCMarked(rows) {
@@ -168,7 +179,7 @@ func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) (
 			}
 		}
 	}
-	return nodes, rows, nil
+	return nodes, rows, found, nil
 }
 
 // nodeReadinessRules are the node-readiness-controller's rules.

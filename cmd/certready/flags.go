@@ -30,6 +30,7 @@ var commandLineOnly = map[string]string{
 	"ca-file":                         "chooses the CA the kubelet's certificate is verified with",
 	"kubelet-ca-file":                 "chooses the CA the kubelet's certificate is verified with",
 	"kubelet-pki-dir":                 "chooses where the kubelet's certificate is read",
+	"kubelet-config":                  "chooses the kubelet configuration the verdict names as a cause",
 	"metrics-secure":                  "switches off the authentication of /metrics",
 	"metrics-cert-dir":                "chooses the metrics server's certificate",
 	"metrics-ca-secret":               "chooses the CA Prometheus verifies the metrics servers with",

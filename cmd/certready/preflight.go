@@ -73,9 +73,11 @@ func newPreflightCommand() *cobra.Command {
 		if err != nil {
 			return fail(err)
 		}
-		rows := fleet.Preflight(nodes, rule, time.Now())
+		now := time.Now()
+		rows := fleet.Preflight(nodes, rule, now)
 		blocking := fleet.Blocking(rows)
-		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking); err != nil {
+		findings := readFindings(cmd.Context(), client, now)
+		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, findings); err != nil {
 			return fail(err)
 		}
 		if blocking > 0 {
@@ -86,8 +88,11 @@ func newPreflightCommand() *cobra.Command {
 	return cmd
 }
 
-func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int) error {
-	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows}
+func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int, findings []fleet.Finding) error {
+	if findings == nil {
+		findings = []fleet.Finding{}
+	}
+	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows, "findings": findings}
 	if output == "json" || output == "yaml" {
 		return printDocument(out, output, doc)
 	}
@@ -107,5 +112,6 @@ func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rul
 	} else {
 		fmt.Fprintf(out, "\nNo node would stay tainted: NodeReadinessRule %s is safe to create now.\n", fleet.Escape(rule.Name))
 	}
+	printFindings(out, findings)
 	return nil
 }

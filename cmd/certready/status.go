@@ -51,7 +51,8 @@ func newStatusCommand() *cobra.Command {
 			return fail(err)
 		}
 		now := time.Now()
-		nodes, rows, err := view.read(cmd.Context(), "certready-status/"+version, now)
+		text := (output == "" || output == "wide") && !noHeaders
+		nodes, rows, findings, err := view.readWithFindings(cmd.Context(), "certready-status/"+version, now, text)
 		if err != nil {
 			return fail(err)
 		}
@@ -62,8 +63,9 @@ func newStatusCommand() *cobra.Command {
 		if err := printer(cmd.OutOrStdout(), rows, now); err != nil {
 			return fail(err)
 		}
-		if (output == "" || output == "wide") && !noHeaders {
+		if text {
 			fmt.Fprintf(cmd.OutOrStdout(), "\n%d of %d nodes ready.\n", len(nodes)-notReady, len(nodes))
+			printFindings(cmd.OutOrStdout(), findings)
 		}
 		if notReady > 0 {
 			return exitCode(1)

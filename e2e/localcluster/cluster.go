@@ -102,7 +102,11 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*Node
+	added int // nodes ever added: the next one's index (its address)
 	procs map[string]*proc
+	// kubeletsUnverified: kube-apiserver runs without
+	// --kubelet-certificate-authority (VerifyKubelets).
+	kubeletsUnverified bool
 
 	// Kubeconfig is an admin kubeconfig usable from the host (through a
 	// forwarder on 127.0.0.1).

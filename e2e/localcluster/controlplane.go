@@ -58,12 +58,14 @@ func (c *Cluster) apiserverArgs() []string {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=" + ServiceRange,
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--kubelet-certificate-authority=" + p.path("ca.crt"),
 		"--kubelet-client-certificate=" + p.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + p.path("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--allow-privileged=true",
 		"--profiling=false",
+	}
+	if !c.kubeletsUnverified {
+		args = append(args, "--kubelet-certificate-authority="+p.path("ca.crt"))
 	}
 	if c.cfg.AuditPolicy != "" {
 		args = append(args, "--audit-policy-file="+filepath.Join(c.cfg.StateDir, "audit-policy.yaml"), "--audit-log-path="+c.AuditLog())
@@ -162,6 +164,16 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 		return err
 	}
 	return c.waitAPIServer(ctx)
+}
+
+// VerifyKubelets restarts kube-apiserver with --kubelet-certificate-authority
+// (verify) or without it (kubeadm's default: it verifies no kubelet's
+// serving certificate), and waits until it serves.
+func (c *Cluster) VerifyKubelets(ctx context.Context, verify bool) error {
+	c.mu.Lock()
+	c.kubeletsUnverified = !verify
+	c.mu.Unlock()
+	return c.RestartAPIServer(ctx)
 }
 
 // RestartControllerManager restarts kube-controller-manager with another

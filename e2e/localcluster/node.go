@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -26,6 +27,7 @@ type Node struct {
 	ControlPlane bool
 	Dir          string // host folder that is /var/lib/kubelet inside the node
 	index        int
+	opts         NodeOptions
 	proc         *proc
 	cluster      *Cluster
 }
@@ -33,11 +35,25 @@ type Node struct {
 // PKIDir is the node's /var/lib/kubelet/pki as seen from the host.
 func (n *Node) PKIDir() string { return filepath.Join(n.Dir, "pki") }
 
+// NodeOptions changes how a node's kubelet is configured.
+type NodeOptions struct {
+	// ServingBootstrapOff: serverTLSBootstrap false, as a kubelet
+	// configured by hand: it serves a self-signed certificate and never
+	// requests one.
+	ServingBootstrapOff bool
+}
+
 // AddNode starts one more kubelet and waits until its Node is registered.
 func (c *Cluster) AddNode(ctx context.Context, name string, controlPlane bool) (*Node, error) {
+	return c.AddNodeWith(ctx, name, controlPlane, NodeOptions{})
+}
+
+// AddNodeWith is AddNode with a kubelet configured by opts.
+func (c *Cluster) AddNodeWith(ctx context.Context, name string, controlPlane bool, opts NodeOptions) (*Node, error) {
 	c.mu.Lock()
-	idx := len(c.nodes)
-	n := &Node{Name: name, IP: fmt.Sprintf("192.0.2.%d", 10+idx), ControlPlane: controlPlane, index: idx, cluster: c}
+	idx := c.added
+	c.added++
+	n := &Node{Name: name, IP: fmt.Sprintf("192.0.2.%d", 10+idx), ControlPlane: controlPlane, index: idx, cluster: c, opts: opts}
 	c.nodes = append(c.nodes, n)
 	c.mu.Unlock()
 	root := filepath.Join(c.cfg.StateDir, "n", name)
@@ -58,7 +74,9 @@ func (c *Cluster) AddNode(ctx context.Context, name string, controlPlane bool) (
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "config.yaml"), kcfg, 0o644); err != nil {
+	// Where kubeadm writes it, /var/lib/kubelet/config.yaml on the node:
+	// the agent reads it there.
+	if err := os.WriteFile(filepath.Join(n.Dir, "config.yaml"), kcfg, 0o644); err != nil {
 		return nil, err
 	}
 	if err := c.startKubelet(n); err != nil {
@@ -110,7 +128,7 @@ func (c *Cluster) startKubelet(n *Node) error {
 	args = append(args,
 		"--pod-ips", strings.Join(podIPs, ","),
 		"--", c.bin("kubelet"),
-		"--config="+filepath.Join(root, "config.yaml"),
+		"--config="+filepath.Join(n.Dir, "config.yaml"),
 		"--kubeconfig="+filepath.Join(root, "kubeconfig"),
 		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=2",
 	)
@@ -133,7 +151,7 @@ func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
 		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Address:                  n.IP,
 		HealthzBindAddress:       n.IP,
-		ServerTLSBootstrap:       true,
+		ServerTLSBootstrap:       !n.opts.ServingBootstrapOff,
 		RotateCertificates:       true,
 		ContainerRuntimeEndpoint: "unix://" + root + "/cri.sock",
 		CgroupsPerQOS:            &no,
@@ -161,6 +179,44 @@ func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
 		cfg.RegisterWithTaints = []corev1.Taint{{Key: StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	return yaml.Marshal(cfg)
+}
+
+// RemoveNode stops the node's kubelet and the containers it ran, deletes
+// its Node object and forgets it: a node taken out of the cluster.
+func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("no node %s in the local cluster", name)
+	}
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return err
+	}
+	if n.proc != nil {
+		n.proc.stop(10 * time.Second)
+	}
+	for _, p := range pods.Items {
+		for _, pid := range ContainerPIDs("POD_NAME=" + p.Name) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	c.mu.Lock()
+	for i, m := range c.nodes {
+		if m == n {
+			c.nodes = append(c.nodes[:i], c.nodes[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if err := c.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		// The pods of a node that is gone: nothing will confirm their end.
+		_ = c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	return nil
 }
 
 // Nodes lists the nodes.

@@ -37,6 +37,7 @@ import (
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/kubeletconfig"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/agent/renewal"
@@ -97,6 +98,10 @@ type Config struct {
 	PodNamespace, PodName, Container string
 	// APIProofInterval: how long a proof of the same certificate stands.
 	APIProofInterval time.Duration
+	// KubeletConfig is the kubelet's configuration file, read at each
+	// check for serverTLSBootstrap and rotateCertificates ("": not read;
+	// missing or unreadable: not known, never an error).
+	KubeletConfig string
 }
 
 // APIProofTimeout bounds one log request through the API server: above
@@ -204,9 +209,20 @@ type Agent struct {
 	// Worker-only state.
 	proven *provenCSR  // the CSR that proved the current fingerprint
 	served *servedCert // the certificate last published ready
-	// publishedReady: the last verdict published was ready.
-	publishedReady bool
+	// nodeShowsReady: the Node's condition, as this check read it, is
+	// False. Otherwise a ready verdict is a transition someone may act on
+	// (a taint lifted), and the API server's path is proven afresh:
+	// whoever wrote the condition last (this process, an earlier one, the
+	// watchdog).
+	nodeShowsReady bool
 	apiProof       *apipath.Prover
+	// unverified asks the API server while the kubelet presents a
+	// certificate the CA does not verify; findingAt is when the
+	// finding's event was last recorded.
+	unverified *apipath.Prover
+	findingAt  time.Time
+	// kubelet is the kubelet configuration last noted.
+	kubelet kubeletconfig.Settings
 	// stuck is the renewal's last assessment, since when it has held and
 	// whether it was reported.
 	stuck   stuckRenewal
@@ -386,9 +402,17 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 			Count: func(o verdict.APIPathOutcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
 		}
 		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
-			return a.apiProof.Evidence(ctx, fp, a.now(), !a.publishedReady)
+			return a.apiProof.Evidence(ctx, fp, a.now(), !a.nodeShowsReady)
+		}
+		a.unverified = &apipath.Prover{
+			Ask: a.apiProof.Ask, Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: a.cfg.APIProofInterval,
+			Count: a.apiProof.Count,
+		}
+		a.check.Unverified = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
+			return a.unverified.Evidence(ctx, fp, a.now(), false)
 		}
 	}
+	a.check.KubeletConfig = a.cfg.KubeletConfig
 }
 
 // Check runs one check and publishes its verdict. It returns how long until
@@ -421,6 +445,8 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 			a.metrics.clockSkew.Set(r.Skew.Seconds())
 		}
 	}
+	cur := condition.Find(node, a.cfg.ConditionType)
+	a.nodeShowsReady = cur != nil && cur.Status == corev1.ConditionFalse
 	in = a.check.Run(ctx, in, node)
 	if in.ClientNotAfter.IsZero() {
 		a.metrics.clientNotAfter.Set(0)
@@ -440,6 +466,8 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	v := verdict.Evaluate(in)
 	a.metrics.evaluated(v)
+	a.noteKubeletConfig(ctx, node, in.Kubelet, v)
+	a.noteFinding(ctx, node, in, now)
 	a.checks++
 	if in.CSR.Match.State == csrmatch.Issued && v.Ready() {
 		a.proven = &provenCSR{fp: in.File.Fingerprint, csr: in.CSR.Match}
@@ -469,7 +497,6 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	a.metrics.writes.WithLabelValues(string(out)).Inc()
 	a.metrics.published(v, now, out == condition.Transitioned)
-	a.publishedReady = v.Ready()
 	if out == condition.Transitioned {
 		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
 		a.recordVerdict(now, v, in)
@@ -695,4 +722,72 @@ func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
 		return time.Duration(1<<63 - 1)
 	}
 	return d
+}
+
+// noteKubeletConfig exports what the kubelet's configuration file says
+// and, when that changes, names in the log and in a Node event a setting
+// that stops a certificate's rotation: from the first check, not at the
+// certificate's expiry.
+func (a *Agent) noteKubeletConfig(ctx context.Context, node *corev1.Node, k kubeletconfig.Settings, v verdict.Verdict) {
+	prev := a.kubelet
+	a.kubelet = k
+	if !k.Known {
+		a.metrics.kubeletConfig.Reset()
+		if prev.Known || prev.Path == "" {
+			klog.FromContext(ctx).V(1).Info("The kubelet's configuration is not known", "path", k.Path, "err", k.Err)
+		}
+		return
+	}
+	a.metrics.kubeletConfig.WithLabelValues("serving").Set(bool01(k.ServerTLSBootstrap))
+	a.metrics.kubeletConfig.WithLabelValues("client").Set(bool01(k.RotateCertificates))
+	if prev.Known && prev.ServerTLSBootstrap == k.ServerTLSBootstrap && prev.RotateCertificates == k.RotateCertificates {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+	if !k.ServerTLSBootstrap && v.Ready() {
+		// The running kubelet serves an issued certificate, so the file
+		// changed since it started (or is not its configuration): the
+		// next restart ends the rotation.
+		msg := fmt.Sprintf("serverTLSBootstrap is not true in %s, yet the kubelet serves an issued certificate: the file changed since the kubelet started or is not its configuration; after its next restart the kubelet will serve a self-signed certificate", k.Path)
+		klog.FromContext(ctx).Info("Serving certificate bootstrap off in the kubelet's configuration", "path", k.Path, "message", msg)
+		a.recorder.Eventf(ref, corev1.EventTypeWarning, string(verdict.KubeletServingBootstrapOff), "%s", msg)
+	}
+	if !k.RotateCertificates {
+		msg := fmt.Sprintf("rotateCertificates is not true in %s: the kubelet's client certificate is never renewed; when it expires the kubelet loses its API credentials and can request no serving certificate either; set rotateCertificates: true and restart the kubelet", k.Path)
+		klog.FromContext(ctx).Info("Client certificate rotation off in the kubelet's configuration", "path", k.Path)
+		a.recorder.Eventf(ref, corev1.EventTypeWarning, "KubeletClientRotationOff", "%s", msg)
+	}
+}
+
+// noteFinding exports the cluster finding of in and records it as a Node
+// event when first made, then again each proof interval while it holds,
+// so that it outlives the API server's event TTL.
+func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) {
+	if !verdict.APIServerVerifiesNoKubelet(in) {
+		if (in.Unverified != nil && in.Unverified.Outcome == verdict.APIPathCannotVerify) || verdict.NeedsAPIPath(in) {
+			// The API server refused the certificate, or the kubelet
+			// presents a verified one (nothing left to observe): no
+			// finding. An answer that told nothing keeps the last one.
+			a.metrics.unverified.Set(0)
+			a.findingAt = time.Time{}
+		}
+		return
+	}
+	a.metrics.unverified.Set(1)
+	if !a.findingAt.IsZero() && now.Sub(a.findingAt) >= 0 && now.Sub(a.findingAt) < a.cfg.APIProofInterval {
+		return
+	}
+	a.findingAt = now
+	msg := fmt.Sprintf("the API server read this node's pod log although the kubelet presents %s, which the CA does not verify (%v): the API server verifies no kubelet certificate, so any host that answers for a node's address gets the logs, exec sessions and port-forwards meant for it; set kube-apiserver --kubelet-certificate-authority to the kubelet-serving signer's CA",
+		in.Endpoint.Fingerprint.Short(), in.Endpoint.VerifyErr)
+	klog.FromContext(ctx).Info("The API server verifies no kubelet certificate", "node", node.Name, "presented", in.Endpoint.Fingerprint.String())
+	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		corev1.EventTypeWarning, verdict.FindingAPIServerVerifiesNoKubelet, "%s", msg)
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

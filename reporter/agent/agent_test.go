@@ -1090,3 +1090,90 @@ func TestTheAPIServersPathIsPartOfTheProof(t *testing.T) {
 		}
 	}
 }
+
+// A kubelet whose configuration turns serving certificate bootstrap off
+// serves a self-signed certificate and never asks for another: the first
+// verdict the agent publishes names that, not a missing file to wait for.
+// When the API server still reads the pod's log over that certificate, it
+// verifies no kubelet: a finding about the cluster (metric, Node event),
+// while the node stays not ready.
+func TestKubeletConfigAndAnAPIServerThatVerifiesNothing(t *testing.T) {
+	rogueCA, err := testpki.NewCA("kubelet-self-signed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(configFile, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserverTLSBootstrap: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{APIServerProof: apipath.Required, PodNamespace: "certready-system", PodName: "certready-agent-x1", Container: "agent",
+		KubeletConfig: configFile, Settle: time.Hour}
+	events := func(h *harness, reason string) []string {
+		evs, err := h.cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == "w1" {
+				out = append(out, e.Message)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name        string
+		answer      error
+		wantFinding float64
+	}{
+		{name: "the API server verifies nothing", wantFinding: 1},
+		{name: "the API server refuses the self-signed certificate", answer: apierrors.NewInternalError(errors.New(
+			`Get "https://127.0.0.1:10250/containerLogs/certready-system/certready-agent-x1/agent?limitBytes=1": tls: failed to verify certificate: x509: certificate signed by unknown authority`))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			self, err := rogueCA.Issue(testpki.Serving{Node: "w1", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.kubelet.serve(self)
+			var asked atomic.Int32
+			h.podLog = func() error { asked.Add(1); return tc.answer }
+			h.run(cfg)
+			// Settle is an hour: a missing file alone would not be
+			// published for that long; the configuration is the cause now.
+			c := h.waitFor(verdict.KubeletServingBootstrapOff)
+			if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, configFile) {
+				t.Errorf("condition %+v: want True naming %s", c, configFile)
+			}
+			if !testwait.Until(10*time.Second, func() bool {
+				return asked.Load() > 0 && value(t, h.reg, "certready_kubelet_certificate_rotation", map[string]string{"certificate": "serving"}) == 0 &&
+					len(testmetrics.Series(t, h.reg, "certready_kubelet_certificate_rotation", map[string]string{"certificate": "serving"})) == 1
+			}) {
+				t.Fatalf("the agent asked the API server %d times; rotation series %v", asked.Load(),
+					testmetrics.Series(t, h.reg, "certready_kubelet_certificate_rotation", nil))
+			}
+			if tc.wantFinding == 1 && !testwait.Until(10*time.Second, func() bool {
+				return len(events(h, verdict.FindingAPIServerVerifiesNoKubelet)) > 0 && value(t, h.reg, "certready_apiserver_verifies_no_kubelet", nil) == 1
+			}) {
+				t.Fatalf("no finding: events %q, metric %v", events(h, verdict.FindingAPIServerVerifiesNoKubelet), value(t, h.reg, "certready_apiserver_verifies_no_kubelet", nil))
+			}
+			if got := value(t, h.reg, "certready_apiserver_verifies_no_kubelet", nil); got != tc.wantFinding {
+				t.Errorf("certready_apiserver_verifies_no_kubelet = %v, want %v", got, tc.wantFinding)
+			}
+			if tc.wantFinding == 0 && len(events(h, verdict.FindingAPIServerVerifiesNoKubelet)) > 0 {
+				t.Errorf("a finding recorded though the API server refused the certificate: %q", events(h, verdict.FindingAPIServerVerifiesNoKubelet))
+			}
+			if rot := events(h, "KubeletClientRotationOff"); len(rot) != 1 || !strings.Contains(rot[0], configFile) {
+				t.Errorf("client rotation events %q: want one naming %s", rot, configFile)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for _, p := range h.patches {
+				if p.Status == corev1.ConditionFalse || (p.Status == corev1.ConditionTrue && p.Reason != string(verdict.KubeletServingBootstrapOff)) {
+					t.Errorf("published %s/%s: the configuration is the cause from the first verdict", p.Status, p.Reason)
+				}
+			}
+		})
+	}
+}

@@ -33,6 +33,8 @@ type metrics struct {
 	clientNotAfter prometheus.Gauge
 	expiryWindow   *prometheus.GaugeVec
 	apiProofs      *prometheus.CounterVec
+	unverified     prometheus.Gauge
+	kubeletConfig  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
@@ -41,6 +43,14 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 			Name: "certready_apiserver_path_proofs_total",
 			Help: "Log requests through the API server that proved (proven) or failed to prove its connection to this node's kubelet: cannot-verify (its TLS to the kubelet fails), cannot-reach (it cannot connect), unavailable (the request told nothing: RBAC, an API error).",
 		}, []string{"outcome"}),
+		unverified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_apiserver_verifies_no_kubelet",
+			Help: "1 when the API server read this pod's log over a kubelet certificate the CA does not verify: it verifies no kubelet (kube-apiserver without --kubelet-certificate-authority), a finding about the cluster; else 0.",
+		}),
+		kubeletConfig: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_kubelet_certificate_rotation",
+			Help: "What the kubelet's configuration file says about certificate rotation: certificate=serving (serverTLSBootstrap) or client (rotateCertificates), 1 on, 0 off; no series while the file is not read.",
+		}, []string{"certificate"}),
 		expiryWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "certready_expiry_window_seconds",
 			Help: "The agent's expiry windows, in seconds, that the expiry alerts compare with: window=warning (--expiry-warning) and critical (--expiry-critical) for the kubelet's serving and client certificates, ca-warning (--ca-expiry-warning) for the cluster CA.",
@@ -116,7 +126,8 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 		}),
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
-		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow, m.apiProofs)
+		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow, m.apiProofs,
+		m.unverified, m.kubeletConfig)
 	for _, o := range verdict.APIPathOutcomes {
 		m.apiProofs.WithLabelValues(string(o))
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/kubeletconfig"
 	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
@@ -64,6 +65,13 @@ type Check struct {
 	// (package apipath) for the installed certificate, once every
 	// node-local check passed.
 	APIPath func(ctx context.Context, installed fingerprint.SHA256) verdict.APIPath
+	// Unverified, when set, asks the same of the API server while the
+	// kubelet presents a certificate the CA does not verify (the
+	// node-local checks failed): an answer means the API server verifies
+	// no kubelet (verdict.APIServerVerifiesNoKubelet).
+	Unverified func(ctx context.Context, presented fingerprint.SHA256) verdict.APIPath
+	// KubeletConfig is the kubelet's configuration file ("": not read).
+	KubeletConfig string
 }
 
 // Run fills in the evidence of in (whose Node, Now and Clock the caller
@@ -82,6 +90,9 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		}
 	}
 	in.CA, in.CAErr = certfile.LoadCA(c.CAFile)
+	if c.KubeletConfig != "" {
+		in.Kubelet = kubeletconfig.Read(c.KubeletConfig)
+	}
 
 	stage("reading the installed certificate")
 	start := time.Now()
@@ -121,6 +132,23 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		res := c.APIPath(ctx, in.File.Fingerprint)
 		done(verdict.CheckAPIServerPath, start)
 		in.APIPath = &res
+	}
+	if c.Unverified != nil && !verdict.NeedsAPIPath(in) {
+		if in.Endpoint == nil && in.CA != nil && in.CAErr == nil {
+			// What does the kubelet present, though an earlier check
+			// failed? (A kubelet without serverTLSBootstrap serves a
+			// self-signed certificate.)
+			stage("probing the kubelet port")
+			start = time.Now()
+			res := probe.Probe(ctx, EndpointTarget(in, KubeletPort(c.KubeletPort, node), c.ProbeTimeout))
+			done(verdict.CheckEndpoint, start)
+			in.Endpoint = &res
+		}
+		if verdict.Unverifiable(in) {
+			stage("asking the API server for this pod's log over an unverifiable kubelet certificate")
+			res := c.Unverified(ctx, in.Endpoint.Fingerprint)
+			in.Unverified = &res
+		}
 	}
 	return in
 }

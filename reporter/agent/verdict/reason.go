@@ -8,6 +8,10 @@ const (
 	// Ready: every check passed (status False).
 	Ready Reason = "KubeletServingCertReady"
 
+	// The kubelet's configuration file turns serving certificate
+	// bootstrap off (status True): nothing else can resolve the verdict.
+	KubeletServingBootstrapOff Reason = "KubeletServingBootstrapOff"
+
 	// Installed file (status True).
 	CertificateMissing    Reason = "CertificateMissing"
 	CertificateUnreadable Reason = "CertificateUnreadable"
@@ -53,9 +57,16 @@ const (
 	APIServerProofUnavailable Reason = "APIServerProofUnavailable"
 )
 
+// FindingAPIServerVerifiesNoKubelet is the cluster finding an agent
+// records as a Warning Node event (reason) when the API server read its
+// pod's log over a kubelet certificate the CA does not verify: the API
+// server verifies no kubelet. It is no condition reason: the node stays
+// not ready by its own checks.
+const FindingAPIServerVerifiesNoKubelet = "APIServerVerifiesNoKubelet"
+
 // AllReasons lists every reason, for metrics that export one series per reason.
 var AllReasons = []Reason{
-	Ready,
+	Ready, KubeletServingBootstrapOff,
 	CertificateMissing, CertificateUnreadable, CertificateMalformed,
 	CertificateInvalid, CertificateNotYetValid, CertificateExpired, CertificateUntrusted, CertificateIdentityMismatch, ClockSkew,
 	CSRNotFound, CSRPending, CSRDenied, CSRFailed, CSRNotIssued,

@@ -22,6 +22,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/kubeletconfig"
 )
 
 // Check names one step of the verification.
@@ -92,6 +93,18 @@ type Input struct {
 	// (--apiserver-proof=required); APIPath is nil when it was not asked.
 	RequireAPIPath bool
 	APIPath        *APIPath
+	// Kubelet is what the kubelet's configuration file says about
+	// rotation (zero: not read). A kubelet configured without
+	// serverTLSBootstrap never requests a serving certificate: a verdict
+	// that is not ready names that cause at once
+	// (KubeletServingBootstrapOff).
+	Kubelet kubeletconfig.Settings
+	// Unverified is what the API server answered when asked for this
+	// pod's log while the kubelet presented a certificate the CA does not
+	// verify (nil: not asked). Proven means the API server verifies no
+	// kubelet: a finding about the cluster (APIServerVerifiesNoKubelet),
+	// never a ready verdict.
+	Unverified *APIPath
 	// ClientNotAfter is the expiry of the kubelet's client certificate
 	// (<pki-dir>/kubelet-client-current.pem), zero when it could not be
 	// read. It is stated in a Ready message's facts and judges nothing.
@@ -182,6 +195,36 @@ func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
 
 // Evaluate computes the verdict.
 func Evaluate(in Input) Verdict {
+	v := evaluate(in)
+	if k := in.Kubelet; !v.Ready() && k.Known && !k.ServerTLSBootstrap {
+		// The cause, whatever the checks met first: the kubelet will never
+		// request a serving certificate, so nothing else resolves it.
+		v = Verdict{Status: corev1.ConditionTrue, Reason: KubeletServingBootstrapOff, Results: v.Results,
+			Message: fmt.Sprintf("serverTLSBootstrap is not true in the kubelet's configuration %s: the kubelet never requests a serving certificate and serves a self-signed one that the API server cannot verify; set serverTLSBootstrap: true there and restart the kubelet (seen: %s)",
+				k.Path, v.Message)}
+	}
+	if APIServerVerifiesNoKubelet(in) {
+		v.Message += "; yet the API server read this pod's log over that kubelet connection: it verifies no kubelet certificate (set kube-apiserver --kubelet-certificate-authority)"
+	}
+	return v
+}
+
+// APIServerVerifiesNoKubelet reports the cluster finding of in: the
+// kubelet presented a certificate the CA does not verify and the API
+// server still read the pod's log through it.
+func APIServerVerifiesNoKubelet(in Input) bool {
+	return Unverifiable(in) && in.Unverified != nil && in.Unverified.Outcome == APIPathProven
+}
+
+// Unverifiable reports whether the kubelet presented a certificate that
+// does not verify against the CA for the node's address: what an API
+// server that verifies kubelets must refuse.
+func Unverifiable(in Input) bool {
+	ep := in.Endpoint
+	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == Presented && ep.VerifyErr != nil
+}
+
+func evaluate(in Input) Verdict {
 	e := evaluation{in: in}
 	if v, failed := e.file(); failed {
 		v.fileMissing = in.File.State == certfile.Missing
@@ -213,7 +256,7 @@ func Stalled(now, last time.Time, stage string) Verdict {
 func NeedsEndpoint(in Input) bool {
 	in.Endpoint = &Endpoint{Outcome: Presented, Fingerprint: in.File.Fingerprint}
 	in.APIPath = &APIPath{Outcome: APIPathProven}
-	return Evaluate(in).Ready()
+	return evaluate(in).Ready()
 }
 
 // NeedsAPIPath reports whether in passes every node-local check, so that
@@ -221,7 +264,7 @@ func NeedsEndpoint(in Input) bool {
 // worth observing).
 func NeedsAPIPath(in Input) bool {
 	in.RequireAPIPath = false
-	return Evaluate(in).Ready()
+	return evaluate(in).Ready()
 }
 
 type evaluation struct {

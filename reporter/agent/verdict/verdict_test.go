@@ -16,6 +16,7 @@ import (
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/agent/kubeletconfig"
 	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
@@ -96,6 +97,30 @@ func TestEvaluate(t *testing.T) {
 		{name: "the API server cannot verify the kubelet (its CA, or the address it dials not in the certificate)", mutate: func(in *verdict.Input) {
 			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotVerify, Detail: `Get "https://192.0.2.11:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate signed by unknown authority`}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotVerifyKubelet, wantText: "--kubelet-certificate-authority"},
+		{name: "kubelet configured without serverTLSBootstrap: named whatever the checks met first", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true, RotateCertificates: true}
+			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "serverTLSBootstrap is not true in the kubelet's configuration /var/lib/kubelet/config.yaml"},
+		{name: "the same while the API server's path is not proven yet", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/etc/kubernetes/kubelet.json", Known: true}
+			in.APIPath = nil
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "/etc/kubernetes/kubelet.json"},
+		{name: "bootstrap off in the file but an issued certificate served: the proof stands", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
+		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
+		{name: "a configuration that is not known changes nothing", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Err: errors.New("no such file")}
+			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
+			in.CSR = nil
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "no serving certificate installed"},
+		{name: "an API server that read the log over an unverifiable kubelet certificate is named, the node stays not ready", mutate: func(in *verdict.Input) {
+			rogue := f.issue(t, f.other, testpki.Serving{})
+			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
+			in.CSR = nil
+			in.Endpoint = presented(rogue)
+			in.Endpoint.VerifyErr = errors.New("x509: certificate signed by unknown authority")
+			in.Unverified = &verdict.APIPath{Outcome: verdict.APIPathProven}
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "it verifies no kubelet certificate"},
 		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *verdict.Input) {
 			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotReach, Detail: "dial tcp 192.0.2.11:10250: i/o timeout"}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotReachKubelet, wantText: "i/o timeout"},
@@ -611,5 +636,39 @@ func TestFactsAgentVersionNeverBreaksTheTrailer(t *testing.T) {
 		if !ok || got.Agent != want || got.Fingerprint != fp {
 			t.Errorf("agent %q: ParseFacts = %+v, %v; want agent %q", agent, got, ok, want)
 		}
+	}
+}
+
+func TestTheClusterFindingNeedsAnUnverifiableCertificateAndAnAnswer(t *testing.T) {
+	f := newFixture(t)
+	rogue := f.issue(t, f.other, testpki.Serving{})
+	untrusted := presented(rogue)
+	untrusted.VerifyErr = errors.New("x509: certificate signed by unknown authority")
+	cases := []struct {
+		name                     string
+		endpoint                 *verdict.Endpoint
+		caErr                    error
+		unverified               *verdict.APIPath
+		wantUnverifiable, wantOK bool
+	}{
+		{name: "self-signed certificate, the API server answered", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}, wantUnverifiable: true, wantOK: true},
+		{name: "self-signed certificate, the API server refused it", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathCannotVerify}, wantUnverifiable: true},
+		{name: "self-signed certificate, the answer told nothing", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathUnavailable}, wantUnverifiable: true},
+		{name: "not asked", endpoint: untrusted, wantUnverifiable: true},
+		{name: "a verified certificate", endpoint: presented(f.good), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
+		{name: "no certificate at all", endpoint: &verdict.Endpoint{Outcome: verdict.NoCertificate}, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
+		{name: "no CA to judge with", endpoint: untrusted, caErr: errors.New("unreadable"), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := f.ready()
+			in.Endpoint, in.CAErr, in.Unverified = c.endpoint, c.caErr, c.unverified
+			if got := verdict.Unverifiable(in); got != c.wantUnverifiable {
+				t.Errorf("Unverifiable = %v, want %v", got, c.wantUnverifiable)
+			}
+			if got := verdict.APIServerVerifiesNoKubelet(in); got != c.wantOK {
+				t.Errorf("APIServerVerifiesNoKubelet = %v, want %v", got, c.wantOK)
+			}
+		})
 	}
 }

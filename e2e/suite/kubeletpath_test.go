@@ -1,0 +1,122 @@
+package suite
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certready/certready/e2e/deploy"
+	"github.com/certready/certready/e2e/localcluster"
+	"github.com/certready/certready/e2e/provider"
+)
+
+// A kubelet configured without serverTLSBootstrap joins, first while the
+// API server verifies kubelets, then while it verifies none (kubeadm's
+// default, kube-bench 1.2.6). The agent names the kubelet's configuration
+// from its first verdict, not a missing file to wait for; kubectl logs
+// there fails while the API server verifies and works once it does not, and
+// that is a finding about the cluster (the agent's Node event, certready
+// status), never a ready node: the node stays not ready and tainted, and
+// every other node stays proven by its own checks.
+func TestKubeletWithoutServingBootstrapAndAnAPIServerThatVerifiesNothing(t *testing.T) {
+	local, ok := cluster.(provider.Local)
+	if !ok {
+		t.Skip("needs the local cluster: a kubelet configured by the test and an API server restarted without --kubelet-certificate-authority")
+	}
+	ctx := ctxT(t, 8*time.Minute)
+	deployed(t)
+	const name = "selfsigned"
+	for _, w := range cluster.Workers() {
+		waitCondition(t, ctx, w.Name, 3*time.Minute, "every worker ready before the test", readyAndUntainted)
+	}
+	if _, err := local.C.AddNodeWith(ctx, name, false, localcluster.NodeOptions{ServingBootstrapOff: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := local.C.RemoveNode(cctx, name); err != nil {
+			t.Errorf("removing node %s: %v", name, err)
+		}
+	})
+	n := waitCondition(t, ctx, name, 2*time.Minute, "the agent to name serverTLSBootstrap", hasReason("KubeletServingBootstrapOff", corev1.ConditionTrue))
+	if c := certCondition(n); !strings.Contains(c.Message, "/var/lib/kubelet/config.yaml") || !deploy.HasStartupTaint(n) {
+		t.Errorf("condition %q, taints %v: want the configuration file named and the node tainted", c.Message, n.Spec.Taints)
+	}
+	agentPod := func() string {
+		pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+		})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("agent pod on %s: %v (%d pods)", name, err, len(pods.Items))
+		}
+		return pods.Items[0].Name
+	}
+	logs := func() (string, error) {
+		return cluster.Kubectl(ctx, "logs", "-n", deploy.Namespace, agentPod(), "--limit-bytes=1")
+	}
+	if out, err := logs(); err == nil || !strings.Contains(out, "x509") {
+		t.Errorf("kubectl logs on %s while the API server verifies kubelets: %v %q, want an x509 error", name, err, out)
+	}
+	findings := func() []corev1.Event {
+		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,reason=APIServerVerifiesNoKubelet",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs.Items
+	}
+	if f := findings(); len(f) > 0 {
+		t.Errorf("a finding while the API server verifies kubelets: %+v", f[0])
+	}
+
+	t.Log("restarting kube-apiserver without --kubelet-certificate-authority")
+	if err := local.C.VerifyKubelets(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := local.C.VerifyKubelets(cctx, true); err != nil {
+			t.Errorf("restoring kube-apiserver --kubelet-certificate-authority: %v", err)
+		}
+	})
+	if out, err := logs(); err != nil {
+		t.Errorf("kubectl logs on %s with an API server that verifies no kubelet: %v %q: want the log (the exposure the finding names)", name, err, out)
+	}
+	// A new agent asks at once; the running one backs off the refusals it
+	// had (up to its proof interval) before asking again.
+	if err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).Delete(ctx, agentPod(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
+	var out string
+	err := localcluster.Poll(ctx, 3*time.Minute, "certready status to print the finding", func() (bool, error) {
+		out, _ = runCertready(t, ctx, "status", "--kubeconfig="+kubeconfig)
+		return strings.Contains(out, "Cluster finding APIServerVerifiesNoKubelet (seen by the agents on "+name), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last output:\n%s\n%s", err, out, podsAndEvents(ctx))
+	}
+	t.Logf("certready status:\n%s", out)
+	if f := findings(); len(f) == 0 || f[0].InvolvedObject.Name != name || f[0].Type != corev1.EventTypeWarning {
+		t.Errorf("finding events %+v: want a Warning about %s", f, name)
+	}
+	n = node(t, ctx, name)
+	if c := certCondition(n); c.Status != corev1.ConditionTrue || c.Reason != "KubeletServingBootstrapOff" || !strings.Contains(c.Message, "verifies no kubelet certificate") || !deploy.HasStartupTaint(n) {
+		t.Errorf("%s: condition %+v, taints %v: want it not ready, tainted, its message naming the finding", name, c, n.Spec.Taints)
+	}
+	for _, w := range cluster.Workers() {
+		if w.Name == name {
+			continue
+		}
+		if c := certCondition(node(t, ctx, w.Name)); c == nil || c.Status != corev1.ConditionFalse {
+			t.Errorf("%s: condition %+v: a node with a verified certificate stays ready by its own checks", w.Name, c)
+		}
+	}
+}
