@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -199,11 +200,16 @@ func (c *Cluster) logPath(name string) string {
 
 // startInNS starts a control-plane process inside the network namespace.
 func (c *Cluster) startInNS(name string, args ...string) (*proc, error) {
+	return c.startInNSAs(name, nil, args...)
+}
+
+// startInNSAs is startInNS with the process's credentials.
+func (c *Cluster) startInNSAs(name string, cred *syscall.Credential, args ...string) (*proc, error) {
 	if err := os.MkdirAll(filepath.Join(c.cfg.StateDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
 	argv := append([]string{"nsenter", "--net=" + c.ns.path, "--"}, args...)
-	p, err := c.sup.start(name, c.logPath(name), argv, nil)
+	p, err := c.sup.startAs(name, c.logPath(name), argv, nil, cred)
 	if err != nil {
 		return nil, err
 	}

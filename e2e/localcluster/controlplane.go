@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -89,7 +91,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--listen-peer-urls=http://127.0.0.1:2380", "--log-level=warn", "--quota-backend-bytes=4294967296"); err != nil {
 		return err
 	}
-	if _, err := c.startInNS("kube-apiserver", c.apiserverArgs()...); err != nil {
+	if _, err := c.startInNSAs("kube-apiserver", apiserverCred, c.apiserverArgs()...); err != nil {
 		return err
 	}
 	if err := c.startForwarder(); err != nil {
@@ -160,10 +162,31 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	p := c.procs["kube-apiserver"]
 	c.mu.Unlock()
 	p.stop(10 * time.Second)
-	if _, err := c.startInNS("kube-apiserver", c.apiserverArgs()...); err != nil {
+	if _, err := c.startInNSAs("kube-apiserver", apiserverCred, c.apiserverArgs()...); err != nil {
 		return err
 	}
 	return c.waitAPIServer(ctx)
+}
+
+// APIServerGID is kube-apiserver's group (it runs as root in it): what a
+// firewall rule between the control plane and a node matches, the API
+// server's traffic alone (BlockAPIServerToKubelet), as the nodes' own
+// processes share its network namespace and addresses.
+const APIServerGID = 4242
+
+var apiserverCred = &syscall.Credential{Uid: 0, Gid: APIServerGID, NoSetGroups: true}
+
+// BlockAPIServerToKubelet drops (block) or lets through again the API
+// server's connections to the kubelet port of the node at ip, as a
+// firewall between control plane and node does; every other process still
+// reaches it.
+func (c *Cluster) BlockAPIServerToKubelet(ip string, block bool) error {
+	op := "-D"
+	if block {
+		op = "-I"
+	}
+	return c.ns.exec("iptables", op, "OUTPUT", "-m", "owner", "--gid-owner", strconv.Itoa(APIServerGID),
+		"-d", ip, "-p", "tcp", "--dport", "10250", "-j", "DROP")
 }
 
 // VerifyKubelets restarts kube-apiserver with --kubelet-certificate-authority

@@ -41,6 +41,9 @@ type NodeOptions struct {
 	// configured by hand: it serves a self-signed certificate and never
 	// requests one.
 	ServingBootstrapOff bool
+	// BeforeKubelet, when set, runs once the node's address is known and
+	// before its kubelet starts (a firewall rule in place from the start).
+	BeforeKubelet func(n *Node) error
 }
 
 // AddNode starts one more kubelet and waits until its Node is registered.
@@ -78,6 +81,11 @@ func (c *Cluster) AddNodeWith(ctx context.Context, name string, controlPlane boo
 	// the agent reads it there.
 	if err := os.WriteFile(filepath.Join(n.Dir, "config.yaml"), kcfg, 0o644); err != nil {
 		return nil, err
+	}
+	if opts.BeforeKubelet != nil {
+		if err := opts.BeforeKubelet(n); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.startKubelet(n); err != nil {
 		return nil, err

@@ -45,6 +45,11 @@ func newSupervisor() *supervisor {
 
 // start runs name with args, output appended to logPath.
 func (s *supervisor) start(name, logPath string, args []string, env []string) (*proc, error) {
+	return s.startAs(name, logPath, args, env, nil)
+}
+
+// startAs is start with the process's credentials (nil: the harness's).
+func (s *supervisor) startAs(name, logPath string, args []string, env []string, cred *syscall.Credential) (*proc, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -52,7 +57,7 @@ func (s *supervisor) start(name, logPath string, args []string, env []string) (*
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
 	done := make(chan error, 1)
 	s.forks <- fork{cmd: cmd, done: done}
 	if err := <-done; err != nil {

@@ -120,3 +120,63 @@ func TestKubeletWithoutServingBootstrapAndAnAPIServerThatVerifiesNothing(t *test
 		}
 	}
 }
+
+// A firewall drops the control plane's connections to one joining node's
+// kubelet port. The node-local path is fine (its certificate approved,
+// installed and served), but the API server cannot reach the kubelet: the
+// node stays not ready with APIServerCannotReachKubelet and keeps its
+// readiness taint, and kubectl logs fails there at the same time. Once the
+// firewall lets the API server through, the node is proven and untainted.
+func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
+	local, ok := cluster.(provider.Local)
+	if !ok {
+		t.Skip("needs the local cluster: a firewall rule that drops the API server's traffic alone")
+	}
+	ctx := ctxT(t, 8*time.Minute)
+	deployed(t)
+	const name = "firewalled"
+	var ip string
+	block := func(n *localcluster.Node) error {
+		ip = n.IP
+		return local.C.BlockAPIServerToKubelet(n.IP, true)
+	}
+	if _, err := local.C.AddNodeWith(ctx, name, false, localcluster.NodeOptions{BeforeKubelet: block}); err != nil {
+		t.Fatal(err)
+	}
+	blocked := true
+	t.Cleanup(func() {
+		if blocked {
+			if err := local.C.BlockAPIServerToKubelet(ip, false); err != nil {
+				t.Errorf("removing the firewall rule: %v", err)
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := local.C.RemoveNode(cctx, name); err != nil {
+			t.Errorf("removing node %s: %v", name, err)
+		}
+	})
+	n := waitCondition(t, ctx, name, 3*time.Minute, "the agent to name the API server's unreachable path", hasReason("APIServerCannotReachKubelet", corev1.ConditionTrue))
+	c := certCondition(n)
+	if !strings.Contains(c.Message, ip+":10250") || !deploy.HasStartupTaint(n) {
+		t.Errorf("condition %q, taints %v: want the API server's error naming %s:10250 and the node tainted", c.Message, n.Spec.Taints, ip)
+	}
+	t.Logf("%s: %s", name, c.Message)
+	pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+	})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("agent pod on %s: %v", name, err)
+	}
+	if out, err := cluster.Kubectl(ctx, "logs", "-n", deploy.Namespace, pods.Items[0].Name, "--limit-bytes=1"); err == nil || !strings.Contains(out, ip+":10250") {
+		t.Errorf("kubectl logs on %s behind the firewall: %v %q, want it failing to reach %s:10250", name, err, out, ip)
+	}
+
+	if err := local.C.BlockAPIServerToKubelet(ip, false); err != nil {
+		t.Fatal(err)
+	}
+	blocked = false
+	start := time.Now()
+	n = waitCondition(t, ctx, name, 3*time.Minute, "proven and untainted once the API server gets through", readyAndUntainted)
+	t.Logf("%s ready and untainted %s after the firewall let the API server through: %s", name, time.Since(start).Round(time.Second), certCondition(n).Message)
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"sigs.k8s.io/yaml"
 )
@@ -60,12 +61,23 @@ const (
 // Read reads path. It never fails: a problem is Settings.Err.
 func Read(path string) Settings {
 	s := Settings{Path: path}
-	f, err := os.Open(path)
+	// O_NONBLOCK: a named pipe planted at the path must not hang the
+	// agent; only a regular file is read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		s.Err = err
 		return s
 	}
 	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	if !info.Mode().IsRegular() {
+		s.Err = fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
+		return s
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
 		s.Err = err

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/certready/certready/reporter/agent/kubeletconfig"
@@ -24,7 +25,8 @@ func TestReadNamesWhatTheKubeletWouldDo(t *testing.T) {
 		{name: "serving off", content: head + "serverTLSBootstrap: false\nrotateCertificates: true\n", wantKnown: true, wantClient: true},
 		{name: "json as some distributions write it", content: `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","serverTLSBootstrap":true}`, wantKnown: true, wantServing: true},
 		{name: "missing", wantMissing: true, wantErr: "no such file"},
-		{name: "a folder", content: "<dir>", wantErr: "is a directory"},
+		{name: "a folder", content: "<dir>", wantErr: "not a regular file"},
+		{name: "a named pipe nobody writes to", content: "<fifo>", wantErr: "not a regular file"},
 		{name: "another kind", content: "apiVersion: v1\nkind: ConfigMap\nserverTLSBootstrap: true\n", wantErr: `not a KubeletConfiguration`},
 		{name: "not yaml", content: head + "serverTLSBootstrap: [\n", wantErr: "config.yaml"},
 		{name: "a string where a bool goes", content: head + "serverTLSBootstrap: \"yes\"\n", wantErr: "config.yaml"},
@@ -37,6 +39,10 @@ func TestReadNamesWhatTheKubeletWouldDo(t *testing.T) {
 			case "":
 			case "<dir>":
 				if err := os.Mkdir(path, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			case "<fifo>":
+				if err := syscall.Mkfifo(path, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			default:
