@@ -158,7 +158,7 @@ func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) (
 
 // readWithFindings is read, and with findings the agents' cluster
 // findings too.
-func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now time.Time, findings bool) ([]corev1.Node, []fleet.NodeStatus, []fleet.Finding, error) {
+func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now time.Time, findings bool) ([]corev1.Node, []fleet.NodeStatus, *foundFindings, error) {
 	client, err := v.client(userAgent)
 	if err != nil {
 		return nil, nil, nil, err
@@ -167,9 +167,10 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var found []fleet.Finding
+	var found *foundFindings
 	if findings {
-		found = readFindings(ctx, client, now)
+		found = &foundFindings{}
+		found.list, found.err = readFindings(ctx, client, nodes, now)
 	}
 	rows := fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now)
 	if fleet.NRCMarked(rows) {
@@ -180,6 +181,12 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 		}
 	}
 	return nodes, rows, found, nil
+}
+
+// foundFindings are the agents' cluster findings, or why they were not read.
+type foundFindings struct {
+	list []fleet.Finding
+	err  error
 }
 
 // nodeReadinessRules are the node-readiness-controller's rules.

@@ -77,7 +77,7 @@ func TestTablesPrintNoControlCharactersFromTheCluster(t *testing.T) {
 	check("preflight", func(b *bytes.Buffer) error {
 		return printPreflight(b, "", false, fleet.Rule{Name: "rule\x1b[31m", Taint: corev1.Taint{Key: "k", Effect: corev1.TaintEffectNoSchedule}},
 			[]fleet.Row{{Node: "w1", Outcome: fleet.Stays, Why: hostileMsg}}, 1,
-			[]fleet.Finding{{Name: "APIServerVerifiesNoKubelet", Nodes: []string{"w1\x1b[31m", hostileMsg}, LastSeen: now, Message: "m"}})
+			[]fleet.Finding{{Name: "APIServerVerifiesNoKubelet", Nodes: []string{"w1\x1b[31m", hostileMsg}, LastSeen: now, Message: "m"}}, nil)
 	}, 7)
 
 	// json and yaml carry the data itself, escaped by their encoders.

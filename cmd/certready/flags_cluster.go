@@ -44,22 +44,38 @@ func listNodes(ctx context.Context, client kubernetes.Interface, selector string
 	return nodes, nil
 }
 
-// readFindings reads the cluster findings the agents recorded (fleet.Findings).
-// They are a footer: when the events cannot be read (no right to list
-// events in namespace default), none is shown and the log says why.
-func readFindings(ctx context.Context, client kubernetes.Interface, now time.Time) []fleet.Finding {
-	list, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: fleet.FindingEventSelector})
-	if err != nil {
-		klog.FromContext(ctx).V(1).Info("The agents' cluster findings were not read (list events in namespace default)", "err", err)
+// readFindings reads the cluster findings the agents recorded about nodes
+// (fleet.Findings), from the API server's cache, a page at a time. They
+// are a footer: an error (no right to list events in namespace default)
+// is returned for the footer to say so, never a failure of the command.
+func readFindings(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node, now time.Time) ([]fleet.Finding, error) {
+	var events []corev1.Event
+	err := pager.New(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, o)
+	}).EachListItem(ctx, metav1.ListOptions{FieldSelector: fleet.FindingEventSelector, ResourceVersion: "0"}, func(obj runtime.Object) error {
+		events = append(events, *obj.(*corev1.Event))
 		return nil
+	})
+	if err != nil {
+		klog.FromContext(ctx).V(1).Info("The agents' cluster findings were not read", "err", err)
+		return nil, fmt.Errorf("listing events in namespace default: %w", err)
 	}
-	return fleet.Findings(list.Items, now)
+	return fleet.Findings(events, nodes, now), nil
 }
 
-// printFindings writes the findings as a footer of text output.
-func printFindings(w io.Writer, findings []fleet.Finding) {
+// printFindings writes the findings, or why they were not read, as a
+// footer of text output.
+func printFindings(w io.Writer, findings []fleet.Finding, err error) {
+	if err != nil {
+		fmt.Fprintf(w, "\nCluster findings not read (%s): the agents record them as Node events.\n", fleet.Escape(err.Error()))
+		return
+	}
 	for _, f := range findings {
+		on := strings.Join(f.Nodes, ", ")
+		if f.MoreNodes > 0 {
+			on += fmt.Sprintf(" and %d more", f.MoreNodes)
+		}
 		fmt.Fprintf(w, "\nCluster finding %s (seen by the agents on %s, last %s): %s\n",
-			f.Name, fleet.Escape(strings.Join(f.Nodes, ", ")), f.LastSeen.UTC().Format(time.RFC3339), f.Message)
+			f.Name, fleet.Escape(on), f.LastSeen.UTC().Format(time.RFC3339), f.Message)
 	}
 }

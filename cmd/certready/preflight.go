@@ -76,8 +76,8 @@ func newPreflightCommand() *cobra.Command {
 		now := time.Now()
 		rows := fleet.Preflight(nodes, rule, now)
 		blocking := fleet.Blocking(rows)
-		findings := readFindings(cmd.Context(), client, now)
-		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, findings); err != nil {
+		findings, findingsErr := readFindings(cmd.Context(), client, nodes, now)
+		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, findings, findingsErr); err != nil {
 			return fail(err)
 		}
 		if blocking > 0 {
@@ -88,11 +88,17 @@ func newPreflightCommand() *cobra.Command {
 	return cmd
 }
 
-func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int, findings []fleet.Finding) error {
-	if findings == nil {
-		findings = []fleet.Finding{}
+func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int, findings []fleet.Finding, findingsErr error) error {
+	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows}
+	if findingsErr != nil {
+		// null, not [], with the reason: not read is not none found.
+		doc["findings"], doc["findingsError"] = nil, findingsErr.Error()
+	} else {
+		if findings == nil {
+			findings = []fleet.Finding{}
+		}
+		doc["findings"] = findings
 	}
-	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows, "findings": findings}
 	if output == "json" || output == "yaml" {
 		return printDocument(out, output, doc)
 	}
@@ -112,6 +118,6 @@ func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rul
 	} else {
 		fmt.Fprintf(out, "\nNo node would stay tainted: NodeReadinessRule %s is safe to create now.\n", fleet.Escape(rule.Name))
 	}
-	printFindings(out, findings)
+	printFindings(out, findings, findingsErr)
 	return nil
 }

@@ -65,7 +65,7 @@ func newStatusCommand() *cobra.Command {
 		}
 		if text {
 			fmt.Fprintf(cmd.OutOrStdout(), "\n%d of %d nodes ready.\n", len(nodes)-notReady, len(nodes))
-			printFindings(cmd.OutOrStdout(), findings)
+			printFindings(cmd.OutOrStdout(), findings.list, findings.err)
 		}
 		if notReady > 0 {
 			return exitCode(1)

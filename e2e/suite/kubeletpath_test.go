@@ -156,7 +156,16 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 			t.Errorf("removing node %s: %v", name, err)
 		}
 	})
-	n := waitCondition(t, ctx, name, 3*time.Minute, "the agent to name the API server's unreachable path", hasReason("APIServerCannotReachKubelet", corev1.ConditionTrue))
+	var n *corev1.Node
+	err := localcluster.Poll(ctx, 3*time.Minute, "the agent to name the API server's unreachable path", func() (bool, error) {
+		got, err := cluster.Clientset().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n = got
+		return err == nil && hasReason("APIServerCannotReachKubelet", corev1.ConditionTrue)(got), nil
+	})
+	if err != nil {
+		approver, _ := cluster.Kubectl(ctx, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=approver", "--tail=40", "--prefix")
+		t.Fatalf("%v; last condition %+v\napprover:\n%s\n%s", err, certCondition(n), approver, podsAndEvents(ctx))
+	}
 	c := certCondition(n)
 	if !strings.Contains(c.Message, ip+":10250") || !deploy.HasStartupTaint(n) {
 		t.Errorf("condition %q, taints %v: want the API server's error naming %s:10250 and the node tainted", c.Message, n.Spec.Taints, ip)

@@ -26,6 +26,8 @@ const (
 
 	// ConditionType is the agent's node condition (--condition-type).
 	ConditionType = "KubeletServingCertNotReady"
+	// AgentEventSource is the source component of the agents' Node events.
+	AgentEventSource = "certready-agent"
 
 	// TaintKey and TaintValue make the readiness taint nodes join with,
 	// readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule, which

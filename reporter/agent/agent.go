@@ -290,7 +290,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.wireCheck(nodeInformer, csrInformer)
-	events := nodeapi.NewNodeEvents(a.client, corev1.EventSource{Component: "certready-agent", Host: a.cfg.NodeName})
+	events := nodeapi.NewNodeEvents(a.client, corev1.EventSource{Component: names.AgentEventSource, Host: a.cfg.NodeName})
 	a.recorder = events
 	go events.Run(ctx)
 	if l := a.cfg.Ledger; l != nil {
@@ -404,9 +404,13 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
 			return a.apiProof.Evidence(ctx, fp, a.now(), !a.nodeShowsReady)
 		}
+		// A refusal is the healthy answer here: it stands as long as a
+		// proof, so a kubelet with a self-signed certificate costs one
+		// request per interval.
 		a.unverified = &apipath.Prover{
 			Ask: a.apiProof.Ask, Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: a.cfg.APIProofInterval,
-			Count: a.apiProof.Count,
+			FailureStands: a.cfg.APIProofInterval,
+			Count:         func(o verdict.APIPathOutcome) { a.metrics.unverifiedAsks.WithLabelValues(string(o)).Inc() },
 		}
 		a.check.Unverified = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
 			return a.unverified.Evidence(ctx, fp, a.now(), false)
@@ -445,8 +449,10 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 			a.metrics.clockSkew.Set(r.Skew.Seconds())
 		}
 	}
+	// Ready as the taint's keepers read it: False and fresh (written
+	// within two heartbeats).
 	cur := condition.Find(node, a.cfg.ConditionType)
-	a.nodeShowsReady = cur != nil && cur.Status == corev1.ConditionFalse
+	a.nodeShowsReady = cur != nil && cur.Status == corev1.ConditionFalse && a.now().Sub(cur.LastHeartbeatTime.Time) < 2*a.cfg.Heartbeat
 	in = a.check.Run(ctx, in, node)
 	if in.ClientNotAfter.IsZero() {
 		a.metrics.clientNotAfter.Set(0)
@@ -466,8 +472,6 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	v := verdict.Evaluate(in)
 	a.metrics.evaluated(v)
-	a.noteKubeletConfig(ctx, node, in.Kubelet, v)
-	a.noteFinding(ctx, node, in, now)
 	a.checks++
 	if in.CSR.Match.State == csrmatch.Issued && v.Ready() {
 		a.proven = &provenCSR{fp: in.File.Fingerprint, csr: in.CSR.Match}
@@ -487,6 +491,9 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.checkDone()
 		return min(next, wait), nil
 	}
+
+	a.noteKubeletConfig(ctx, node, in.Kubelet, v)
+	a.noteFinding(ctx, node, in, now)
 
 	a.setStage("writing the condition")
 	out, err := a.writer.Write(ctx, now, condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message},
@@ -729,6 +736,9 @@ func untilBoundary(now time.Time, leaf *x509.Certificate) time.Duration {
 // that stops a certificate's rotation: from the first check, not at the
 // certificate's expiry.
 func (a *Agent) noteKubeletConfig(ctx context.Context, node *corev1.Node, k kubeletconfig.Settings, v verdict.Verdict) {
+	if a.cfg.KubeletConfig == "" {
+		return
+	}
 	prev := a.kubelet
 	a.kubelet = k
 	if !k.Known {
@@ -759,22 +769,26 @@ func (a *Agent) noteKubeletConfig(ctx context.Context, node *corev1.Node, k kube
 	}
 }
 
-// noteFinding exports the cluster finding of in and records it as a Node
-// event when first made, then again each proof interval while it holds,
-// so that it outlives the API server's event TTL.
+// findingEventEvery is how often a finding that holds is recorded again
+// as an event: within the API server's event TTL (1h), so that status
+// and preflight keep seeing it, and no more often.
+const findingEventEvery = 30 * time.Minute
+
+// noteFinding exports the cluster finding of in (the metric follows what
+// this check saw; a check that did not look at the kubelet port leaves it)
+// and records it as a Node event when first made, then every
+// findingEventEvery while it holds.
 func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) {
+	if in.Endpoint == nil {
+		return
+	}
 	if !verdict.APIServerVerifiesNoKubelet(in) {
-		if (in.Unverified != nil && in.Unverified.Outcome == verdict.APIPathCannotVerify) || verdict.NeedsAPIPath(in) {
-			// The API server refused the certificate, or the kubelet
-			// presents a verified one (nothing left to observe): no
-			// finding. An answer that told nothing keeps the last one.
-			a.metrics.unverified.Set(0)
-			a.findingAt = time.Time{}
-		}
+		a.metrics.unverified.Set(0)
+		a.findingAt = time.Time{}
 		return
 	}
 	a.metrics.unverified.Set(1)
-	if !a.findingAt.IsZero() && now.Sub(a.findingAt) >= 0 && now.Sub(a.findingAt) < a.cfg.APIProofInterval {
+	if !a.findingAt.IsZero() && now.Sub(a.findingAt) >= 0 && now.Sub(a.findingAt) < findingEventEvery {
 		return
 	}
 	a.findingAt = now

@@ -1107,7 +1107,7 @@ func TestKubeletConfigAndAnAPIServerThatVerifiesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := agent.Config{APIServerProof: apipath.Required, PodNamespace: "certready-system", PodName: "certready-agent-x1", Container: "agent",
-		KubeletConfig: configFile, Settle: time.Hour}
+		KubeletConfig: configFile}
 	events := func(h *harness, reason string) []string {
 		evs, err := h.cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
@@ -1140,8 +1140,8 @@ func TestKubeletConfigAndAnAPIServerThatVerifiesNothing(t *testing.T) {
 			var asked atomic.Int32
 			h.podLog = func() error { asked.Add(1); return tc.answer }
 			h.run(cfg)
-			// Settle is an hour: a missing file alone would not be
-			// published for that long; the configuration is the cause now.
+			// The file is missing, which settles first (the configuration
+			// may be stale), and is then published with its cause.
 			c := h.waitFor(verdict.KubeletServingBootstrapOff)
 			if c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, configFile) {
 				t.Errorf("condition %+v: want True naming %s", c, configFile)

@@ -34,6 +34,7 @@ type metrics struct {
 	expiryWindow   *prometheus.GaugeVec
 	apiProofs      *prometheus.CounterVec
 	unverified     prometheus.Gauge
+	unverifiedAsks *prometheus.CounterVec
 	kubeletConfig  *prometheus.GaugeVec
 }
 
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 			Name: "certready_apiserver_verifies_no_kubelet",
 			Help: "1 when the API server read this pod's log over a kubelet certificate the CA does not verify: it verifies no kubelet (kube-apiserver without --kubelet-certificate-authority), a finding about the cluster; else 0.",
 		}),
+		unverifiedAsks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "certready_apiserver_unverified_asks_total",
+			Help: "Log requests through the API server while the kubelet presented a certificate the CA does not verify: proven (the API server verifies no kubelet), cannot-verify (it refused, as it should), cannot-reach, unavailable.",
+		}, []string{"outcome"}),
 		kubeletConfig: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "certready_kubelet_certificate_rotation",
 			Help: "What the kubelet's configuration file says about certificate rotation: certificate=serving (serverTLSBootstrap) or client (rotateCertificates), 1 on, 0 off; no series while the file is not read.",
@@ -127,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	}
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
 		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow, m.apiProofs,
-		m.unverified, m.kubeletConfig)
+		m.unverified, m.unverifiedAsks, m.kubeletConfig)
 	for _, o := range verdict.APIPathOutcomes {
 		m.apiProofs.WithLabelValues(string(o))
 	}

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
 
@@ -16,28 +17,43 @@ const FindingWindow = time.Hour
 
 // FindingEventSelector selects the agents' finding events (in namespace
 // default, where Node events live).
-const FindingEventSelector = "involvedObject.kind=Node,reason=" + verdict.FindingAPIServerVerifiesNoKubelet
+const FindingEventSelector = "involvedObject.kind=Node,type=Warning,source=" + names.AgentEventSource + ",reason=" + verdict.FindingAPIServerVerifiesNoKubelet
+
+// maxFindingNodes bounds the nodes a finding names (the rest are counted).
+const maxFindingNodes = 10
 
 // Finding is a finding about the cluster, not about one node: the API
 // server verifies no kubelet certificate.
 type Finding struct {
 	Name string `json:"name"`
 	// Nodes are where agents made it, LastSeen the newest such event.
-	Nodes    []string  `json:"nodes"`
-	LastSeen time.Time `json:"lastSeen"`
+	Nodes []string `json:"nodes"`
+	// MoreNodes counts the nodes beyond the first ten, not named.
+	MoreNodes int       `json:"moreNodes,omitempty"`
+	LastSeen  time.Time `json:"lastSeen"`
 	// What it means and what to do.
 	Message string `json:"message"`
 }
 
 // Findings reads the cluster findings from the Node events an agent
-// recorded within FindingWindow of now. A node's events are evidence that
-// whoever can record events in namespace default could fake: a finding
-// raises a question, it never changes a verdict.
-func Findings(events []corev1.Event, now time.Time) []Finding {
-	var nodes []string
+// recorded within FindingWindow of now, about the Nodes in nodes (by name
+// and UID; nil: any). Events are evidence that whoever can record events
+// in namespace default could fake, or delete: a finding raises a
+// question and never changes a verdict; the agents' metric
+// (certready_apiserver_verifies_no_kubelet) is the authority.
+func Findings(events []corev1.Event, nodes []corev1.Node, now time.Time) []Finding {
+	known := map[string]string{}
+	for _, n := range nodes {
+		known[n.Name] = string(n.UID)
+	}
+	var seenOn []string
 	var last time.Time
 	for _, e := range events {
-		if e.Reason != verdict.FindingAPIServerVerifiesNoKubelet || e.InvolvedObject.Kind != "Node" || e.Type != corev1.EventTypeWarning {
+		if e.Reason != verdict.FindingAPIServerVerifiesNoKubelet || e.InvolvedObject.Kind != "Node" || e.Type != corev1.EventTypeWarning ||
+			e.Source.Component != names.AgentEventSource {
+			continue
+		}
+		if uid, ok := known[e.InvolvedObject.Name]; nodes != nil && (!ok || uid != string(e.InvolvedObject.UID)) {
 			continue
 		}
 		seen := e.LastTimestamp.Time
@@ -50,19 +66,23 @@ func Findings(events []corev1.Event, now time.Time) []Finding {
 		if now.Sub(seen) > FindingWindow {
 			continue
 		}
-		if !slices.Contains(nodes, e.InvolvedObject.Name) {
-			nodes = append(nodes, e.InvolvedObject.Name)
+		if !slices.Contains(seenOn, e.InvolvedObject.Name) {
+			seenOn = append(seenOn, e.InvolvedObject.Name)
 		}
 		if seen.After(last) {
 			last = seen
 		}
 	}
-	if len(nodes) == 0 {
+	if len(seenOn) == 0 {
 		return nil
 	}
-	slices.Sort(nodes)
+	slices.Sort(seenOn)
+	more := 0
+	if len(seenOn) > maxFindingNodes {
+		seenOn, more = seenOn[:maxFindingNodes], len(seenOn)-maxFindingNodes
+	}
 	return []Finding{{
-		Name: verdict.FindingAPIServerVerifiesNoKubelet, Nodes: nodes, LastSeen: last,
+		Name: verdict.FindingAPIServerVerifiesNoKubelet, Nodes: seenOn, MoreNodes: more, LastSeen: last,
 		Message: "the API server read pod logs over kubelet certificates the cluster CA does not verify: it verifies no kubelet (kube-bench 1.2.6), so whoever answers on a node's address gets its logs, exec sessions and port-forwards; set kube-apiserver --kubelet-certificate-authority to the kubelet-serving signer's CA (README: The API server's path to the kubelet)",
 	}}
 }

@@ -98,6 +98,10 @@ type Prover struct {
 	Fresh time.Duration
 	// Count, when set, hears each request's outcome.
 	Count func(verdict.APIPathOutcome)
+	// FailureStands, when set, is how long a failed answer stands
+	// (else 30 s, doubling up to Interval): for a prover whose failure is
+	// the healthy answer.
+	FailureStands time.Duration
 
 	mu sync.Mutex
 	// The last proof, of which certificate, when.
@@ -142,7 +146,7 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 		return r
 	}
 	if !p.failedAt.IsZero() && fp == p.failedFor {
-		backoff := min(p.Interval, 30*time.Second<<min(max(p.failures-1, 0), 10)) + p.failJitter
+		backoff := p.backoff() + p.failJitter
 		if age := now.Sub(p.failedAt); age >= 0 && age < backoff {
 			return graced(p.failed)
 		}
@@ -173,9 +177,17 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	}
 	p.failed, p.failedFor, p.failedAt = verdict.APIPath{Outcome: outcome, Detail: detail}, fp, now
 	p.failures++
-	p.failJitter = time.Duration(rand.Int64N(int64(min(p.Interval, 30*time.Second<<min(p.failures-1, 10))/10) + 1))
+	p.failJitter = time.Duration(rand.Int64N(int64(p.backoff()/10) + 1))
 	if outcome != verdict.APIPathUnavailable {
 		p.provenAt = time.Time{} // the path failed: no proof stands
 	}
 	return graced(p.failed)
+}
+
+// backoff is how long the last failed answer stands.
+func (p *Prover) backoff() time.Duration {
+	if p.FailureStands > 0 {
+		return p.FailureStands
+	}
+	return min(p.Interval, 30*time.Second<<min(max(p.failures-1, 0), 10))
 }

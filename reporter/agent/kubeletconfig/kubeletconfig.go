@@ -17,6 +17,7 @@ import (
 	"os"
 	"syscall"
 
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -78,6 +79,12 @@ func Read(path string) Settings {
 		s.Err = fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
 		return s
 	}
+	if unlinked(info) {
+		// A single-file mount keeps the inode it was made with: the file
+		// on the host was replaced since this container started.
+		s.Err = fmt.Errorf("%s was replaced on the host since the agent started (a single-file mount keeps the old one): restart the agent to read it", path)
+		return s
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
 		s.Err = err
@@ -91,13 +98,19 @@ func Read(path string) Settings {
 }
 
 func parse(s Settings, data []byte) Settings {
+	// Field names match exactly, as the kubelet's decoder matches them
+	// (encoding/json alone would take ServerTlsBootstrap too).
 	var f file
-	if err := yaml.Unmarshal(data, &f); err != nil {
+	js, err := yaml.YAMLToJSON(data)
+	if err == nil {
+		err = sigsjson.UnmarshalCaseSensitivePreserveInts(js, &f)
+	}
+	if err != nil {
 		s.Err = fmt.Errorf("%s: %w", s.Path, err)
 		return s
 	}
 	if f.Kind != wantKind || f.APIVersion != wantAPIVersion {
-		s.Err = fmt.Errorf("%s is kind %q apiVersion %q, not a %s %s", s.Path, f.Kind, f.APIVersion, wantKind, wantAPIVersion)
+		s.Err = fmt.Errorf("%s is kind %.64q apiVersion %.64q, not a %s %s", s.Path, f.Kind, f.APIVersion, wantKind, wantAPIVersion)
 		return s
 	}
 	s.Known = true

@@ -1,6 +1,7 @@
 package kubeletconfig_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ func TestReadNamesWhatTheKubeletWouldDo(t *testing.T) {
 		{name: "a folder", content: "<dir>", wantErr: "not a regular file"},
 		{name: "a named pipe nobody writes to", content: "<fifo>", wantErr: "not a regular file"},
 		{name: "another kind", content: "apiVersion: v1\nkind: ConfigMap\nserverTLSBootstrap: true\n", wantErr: `not a KubeletConfiguration`},
+		{name: "a field name in the wrong case, which the kubelet ignores", content: head + "ServerTLSBootstrap: true\n", wantKnown: true},
 		{name: "not yaml", content: head + "serverTLSBootstrap: [\n", wantErr: "config.yaml"},
 		{name: "a string where a bool goes", content: head + "serverTLSBootstrap: \"yes\"\n", wantErr: "config.yaml"},
 		{name: "huge", content: head + "# " + strings.Repeat("x", 1<<20) + "\n", wantErr: "larger than"},
@@ -58,5 +60,27 @@ func TestReadNamesWhatTheKubeletWouldDo(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", s.Err, c.wantErr)
 			}
 		})
+	}
+}
+
+// A single-file mount holds the inode it was made with; a file replaced on
+// the host leaves it without a name.
+func TestAReplacedFileIsNotKnown(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserverTLSBootstrap: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// /proc/self/fd of an open, then removed, file is what the mount is.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s := kubeletconfig.Read(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if s.Known || s.Err == nil || !strings.Contains(s.Err.Error(), "replaced on the host") {
+		t.Errorf("Read of a file without a name = %+v, want not known, naming the replacement", s)
 	}
 }

@@ -90,10 +90,11 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		}
 	}
 	in.CA, in.CAErr = certfile.LoadCA(c.CAFile)
+
 	if c.KubeletConfig != "" {
+		stage("reading the kubelet's configuration")
 		in.Kubelet = kubeletconfig.Read(c.KubeletConfig)
 	}
-
 	stage("reading the installed certificate")
 	start := time.Now()
 	in.File = certfile.Read(c.PKIDir)

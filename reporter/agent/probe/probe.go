@@ -80,6 +80,13 @@ func Probe(ctx context.Context, t Target) verdict.Endpoint {
 		at = time.Now()
 	}
 	_, res.VerifyErr = certfile.Verify(chain[0], chain[1:], t.Roots, t.ServerName, at)
+	if res.VerifyErr != nil && t.Roots != nil {
+		// Does any chain link it to the CA at all, whatever its names and
+		// validity? (x509 checks the name before it builds a chain.)
+		_, err := certfile.Verify(chain[0], chain[1:], t.Roots, "", chain[0].NotBefore)
+		var unknown x509.UnknownAuthorityError
+		res.Unchained = errors.As(err, &unknown)
+	}
 	return res
 }
 

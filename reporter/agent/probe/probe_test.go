@@ -56,6 +56,10 @@ func TestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	selfSigned, err := otherCA.Issue(testpki.Serving{Node: "w1", DNSNames: []string{"w1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	static := func(p *testpki.Pair) string {
 		return serveTLS(t, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pairCert(p), nil })
 	}
@@ -103,10 +107,13 @@ func TestProbe(t *testing.T) {
 		want        verdict.Outcome
 		wantFP      fingerprint.SHA256
 		wantTrusted bool
-		wantDetail  string
+		// wantUnchained: no chain to the CA, whatever the names.
+		wantUnchained bool
+		wantDetail    string
 	}{
 		{name: "kubelet presents a trusted certificate", addr: static(good), want: verdict.Presented, wantFP: fingerprint.Of(good.Cert), wantTrusted: true},
-		{name: "certificate from another CA", addr: static(foreign), want: verdict.Presented, wantFP: fingerprint.Of(foreign.Cert)},
+		{name: "certificate from another CA", addr: static(foreign), want: verdict.Presented, wantFP: fingerprint.Of(foreign.Cert), wantUnchained: true},
+		{name: "a kubelet's own certificate for its hostname (x509 names the name first)", addr: static(selfSigned), want: verdict.Presented, wantFP: fingerprint.Of(selfSigned.Cert), wantUnchained: true},
 		{name: "certificate without the dialled IP", addr: static(wrongIP), want: verdict.Presented, wantFP: fingerprint.Of(wrongIP.Cert)},
 		{
 			name: "kubelet without a certificate: tls internal error",
@@ -130,6 +137,9 @@ func TestProbe(t *testing.T) {
 			}
 			if tc.want == verdict.Presented && (res.VerifyErr == nil) != tc.wantTrusted {
 				t.Errorf("verify error = %v, want trusted=%v", res.VerifyErr, tc.wantTrusted)
+			}
+			if res.Unchained != tc.wantUnchained {
+				t.Errorf("unchained = %v (verify error %v), want %v", res.Unchained, res.VerifyErr, tc.wantUnchained)
 			}
 			if !strings.Contains(res.Detail, tc.wantDetail) {
 				t.Errorf("detail = %q, want it to contain %q", res.Detail, tc.wantDetail)

@@ -35,6 +35,9 @@ type Endpoint struct {
 	// VerifyErr is non-nil when the presented chain does not verify against
 	// Roots for ServerName and server auth.
 	VerifyErr error
+	// Unchained: no chain links the presented certificate to Roots,
+	// whatever its names and validity (a self-signed certificate).
+	Unchained bool
 }
 
 // Describe is a one-line account for condition messages.

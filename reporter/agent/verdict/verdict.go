@@ -180,6 +180,8 @@ type Verdict struct {
 	// fileMissing: no certificate file was installed, whatever the
 	// reason names (the newest CSR's state, when known).
 	fileMissing bool
+	// transient: the verdict a cause replaced was transient.
+	transient bool
 }
 
 // Transient reports whether v can be a passing state of a healthy kubelet
@@ -188,7 +190,7 @@ type Verdict struct {
 // missing whatever the node's newest CSR says. The kubelet swaps the file
 // as soon as its new CSR is issued, so an agent whose CSR cache has not
 // yet seen the issue meets the gap with that request still pending.
-func (v Verdict) Transient() bool { return v.Reason.Transient() || v.fileMissing }
+func (v Verdict) Transient() bool { return v.Reason.Transient() || v.fileMissing || v.transient }
 
 // Ready reports whether this verdict says the certificate is ready.
 func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
@@ -196,17 +198,32 @@ func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
 // Evaluate computes the verdict.
 func Evaluate(in Input) Verdict {
 	v := evaluate(in)
-	if k := in.Kubelet; !v.Ready() && k.Known && !k.ServerTLSBootstrap {
-		// The cause, whatever the checks met first: the kubelet will never
-		// request a serving certificate, so nothing else resolves it.
+	if k := in.Kubelet; k.Known && !k.ServerTLSBootstrap && v.Status == corev1.ConditionTrue && servesNoIssuedCertificate(in) {
+		// The cause of what the checks found, as the evidence agrees: no
+		// certificate file, or a certificate the kubelet presents that is
+		// not the installed one. The kubelet will never request one, so
+		// nothing else resolves it. A state a healthy rotation passes
+		// through still settles first: the file may be stale.
 		v = Verdict{Status: corev1.ConditionTrue, Reason: KubeletServingBootstrapOff, Results: v.Results,
-			Message: fmt.Sprintf("serverTLSBootstrap is not true in the kubelet's configuration %s: the kubelet never requests a serving certificate and serves a self-signed one that the API server cannot verify; set serverTLSBootstrap: true there and restart the kubelet (seen: %s)",
+			fileMissing: v.fileMissing, transient: v.Transient(),
+			Message: fmt.Sprintf("serverTLSBootstrap is not true in the kubelet's configuration %s: the kubelet never requests a serving certificate and serves a self-signed one, which an API server that verifies kubelets refuses; set serverTLSBootstrap: true there and restart the kubelet (seen: %s)",
 				k.Path, v.Message)}
 	}
 	if APIServerVerifiesNoKubelet(in) {
 		v.Message += "; yet the API server read this pod's log over that kubelet connection: it verifies no kubelet certificate (set kube-apiserver --kubelet-certificate-authority)"
 	}
 	return v
+}
+
+// servesNoIssuedCertificate reports whether the evidence shows a kubelet
+// without a certificate from the kubelet-serving signer in use: no file
+// installed, or a presented certificate that is not the installed one.
+func servesNoIssuedCertificate(in Input) bool {
+	if in.File.State == certfile.Missing {
+		return true
+	}
+	ep := in.Endpoint
+	return ep != nil && ep.Outcome == Presented && ep.Fingerprint != in.File.Fingerprint
 }
 
 // APIServerVerifiesNoKubelet reports the cluster finding of in: the
@@ -217,11 +234,13 @@ func APIServerVerifiesNoKubelet(in Input) bool {
 }
 
 // Unverifiable reports whether the kubelet presented a certificate that
-// does not verify against the CA for the node's address: what an API
-// server that verifies kubelets must refuse.
+// no chain links to the CA (a self-signed one): what an API server that
+// verifies kubelets with that CA must refuse, whatever address it dials.
+// A certificate of the CA for another name or past its validity is not
+// one: the API server may dial a name it covers.
 func Unverifiable(in Input) bool {
 	ep := in.Endpoint
-	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == Presented && ep.VerifyErr != nil
+	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == Presented && ep.VerifyErr != nil && ep.Unchained
 }
 
 func evaluate(in Input) Verdict {

@@ -101,10 +101,20 @@ func TestEvaluate(t *testing.T) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true, RotateCertificates: true}
 			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "serverTLSBootstrap is not true in the kubelet's configuration /var/lib/kubelet/config.yaml"},
-		{name: "the same while the API server's path is not proven yet", mutate: func(in *verdict.Input) {
+		{name: "the same: the kubelet presents another certificate than the installed one", mutate: func(in *verdict.Input) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/etc/kubernetes/kubelet.json", Known: true}
-			in.APIPath = nil
+			in.Endpoint = presented(f.issue(t, f.other, testpki.Serving{}))
+			in.Endpoint.VerifyErr = x509.UnknownAuthorityError{}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "/etc/kubernetes/kubelet.json"},
+		{name: "bootstrap off in the file, an issued certificate served, the API server's path not proven yet: still Unknown", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
+			in.APIPath = nil
+		}, wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked, wantText: "not been proven yet"},
+		{name: "bootstrap off in the file, an issued certificate of the wrong node served: the evidence names the cause", mutate: func(in *verdict.Input) {
+			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
+			w2 := f.issue(t, f.ca, testpki.Serving{Node: "w2"})
+			in.File, in.Endpoint = observed(w2), presented(w2)
+		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: ""},
 		{name: "bootstrap off in the file but an issued certificate served: the proof stands", mutate: func(in *verdict.Input) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
 		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
@@ -118,7 +128,7 @@ func TestEvaluate(t *testing.T) {
 			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
 			in.CSR = nil
 			in.Endpoint = presented(rogue)
-			in.Endpoint.VerifyErr = errors.New("x509: certificate signed by unknown authority")
+			in.Endpoint.VerifyErr, in.Endpoint.Unchained = x509.UnknownAuthorityError{}, true
 			in.Unverified = &verdict.APIPath{Outcome: verdict.APIPathProven}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "it verifies no kubelet certificate"},
 		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *verdict.Input) {
@@ -643,7 +653,9 @@ func TestTheClusterFindingNeedsAnUnverifiableCertificateAndAnAnswer(t *testing.T
 	f := newFixture(t)
 	rogue := f.issue(t, f.other, testpki.Serving{})
 	untrusted := presented(rogue)
-	untrusted.VerifyErr = errors.New("x509: certificate signed by unknown authority")
+	untrusted.VerifyErr, untrusted.Unchained = x509.HostnameError{Certificate: rogue.Cert, Host: "192.0.2.11"}, true
+	otherName := presented(f.good)
+	otherName.VerifyErr = x509.HostnameError{Certificate: f.good.Cert, Host: "w1.example"}
 	cases := []struct {
 		name                     string
 		endpoint                 *verdict.Endpoint
@@ -656,6 +668,7 @@ func TestTheClusterFindingNeedsAnUnverifiableCertificateAndAnAnswer(t *testing.T
 		{name: "self-signed certificate, the answer told nothing", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathUnavailable}, wantUnverifiable: true},
 		{name: "not asked", endpoint: untrusted, wantUnverifiable: true},
 		{name: "a verified certificate", endpoint: presented(f.good), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
+		{name: "the CA's certificate for another name (the API server may dial one it covers)", endpoint: otherName, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
 		{name: "no certificate at all", endpoint: &verdict.Endpoint{Outcome: verdict.NoCertificate}, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
 		{name: "no CA to judge with", endpoint: untrusted, caErr: errors.New("unreadable"), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
 	}
