@@ -207,11 +207,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return err
 	}
 
-	c.csrFactory.Start(ctx.Done())
-	c.nodeFactory.Start(ctx.Done())
-	ev.identity.Start(ctx)
+	// The informers stop when ictx ends, and Shutdown waits for them: a
+	// lost Lease returns here long before the process's ctx ends, so ictx
+	// is cancelled first (defers run last in, first out), or the replica
+	// would hang in Shutdown, neither leading nor exiting.
+	ictx, stopInformers := context.WithCancel(ctx)
+	c.csrFactory.Start(ictx.Done())
+	c.nodeFactory.Start(ictx.Done())
+	ev.identity.Start(ictx)
 	defer c.csrFactory.Shutdown()
 	defer c.nodeFactory.Shutdown()
+	defer stopInformers()
 	// The caches sync while this replica stands for election: a replica
 	// that starts when the Lease is free (a rolling update, a crash after
 	// the Lease expired) leads at once, and decides as soon as its caches
