@@ -18,10 +18,10 @@ import (
 
 // A leader whose Lease another replica takes (an API server away longer
 // than the renew deadline, then a standby first) must stop and exit, so
-// that its container restarts and stands again. It once hung instead:
-// its informers were tied to the process's context, which a lost Lease
-// does not end, and shutting them down waited forever: a replica neither
-// leading nor exiting, and with both replicas so, no approver at all.
+// that its container restarts and stands again. A lost Lease does not end
+// the process's context: anything tied to it (the informers, whose
+// shutdown waits for them) would keep the replica neither leading nor
+// exiting, and with both replicas so, no approver at all.
 func TestApproverExitsWhenItLosesTheLease(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	bin := os.Getenv("CERTREADY_BIN")

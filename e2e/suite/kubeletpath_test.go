@@ -12,6 +12,7 @@ import (
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/e2e/provider"
+	"github.com/certready/certready/reporter/agent/verdict"
 )
 
 // A kubelet configured without serverTLSBootstrap joins, first while the
@@ -188,4 +189,25 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 	start := time.Now()
 	n = waitCondition(t, ctx, name, 3*time.Minute, "proven and untainted once the API server gets through", readyAndUntainted)
 	t.Logf("%s ready and untainted %s after the firewall let the API server through: %s", name, time.Since(start).Round(time.Second), certCondition(n).Message)
+	// The lift is evidence: a Node event by the approver naming who lifted
+	// it and the certificate it relied on.
+	facts, _ := verdict.ParseFacts(certCondition(n).Message)
+	var lifted string
+	err = localcluster.Poll(ctx, time.Minute, "the approver's ReadinessTaintLifted event", func() (bool, error) {
+		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + name + ",reason=ReadinessTaintLifted",
+		})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		lifted = evs.Items[0].Message
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lifted, "removed by certready") || !strings.Contains(lifted, "certificate sha256 "+facts.Fingerprint.String()) {
+		t.Errorf("ReadinessTaintLifted %q: want it lifted by certready relying on certificate %s", lifted, facts.Fingerprint)
+	}
+	t.Logf("%s: %s", name, lifted)
 }

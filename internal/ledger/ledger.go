@@ -44,6 +44,8 @@ const (
 	VerdictChanged   Action = "verdict-changed"
 	Rotated          Action = "certificate-rotated"
 	RenewalStuck     Action = "renewal-stuck"
+	// TaintLifted: the readiness taint left a node (rule: who removed it).
+	TaintLifted Action = "readiness-taint-lifted"
 	// The approver's leadership: a period between one leader's
 	// LeaderLost (or its last record) and the next LeaderAcquired had no
 	// leader, and no decisions (Verify names it).

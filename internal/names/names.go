@@ -26,6 +26,9 @@ const (
 
 	// ConditionType is the agent's node condition (--condition-type).
 	ConditionType = "KubeletServingCertNotReady"
+	// NRCCompletedPrefix begins the node-readiness-controller's completion
+	// mark on a Node, readiness.k8s.io/bootstrap-completed-<rule UID>.
+	NRCCompletedPrefix = "readiness.k8s.io/bootstrap-completed-"
 	// AgentEventSource is the source component of the agents' Node events.
 	AgentEventSource = "certready-agent"
 

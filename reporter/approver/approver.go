@@ -32,6 +32,7 @@ import (
 	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/ledger"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
@@ -202,6 +203,15 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if err != nil {
 		return err
 	}
+	// Every readiness taint removal is evidence, whoever makes it.
+	readinessTaint := o.RemoveStartupTaint
+	if readinessTaint.Key == "" {
+		readinessTaint = corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}
+	}
+	lifts, err := taint.NewLifts(readinessTaint, o.ConditionType, recorder, o.Controller.Ledger, reg, c.node.Informer())
+	if err != nil {
+		return err
+	}
 	healthy, err := inventoryHealth(reg, ev.watch)
 	if err != nil {
 		return err
@@ -248,16 +258,17 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		case <-lctx.Done():
 			return
 		}
-		lead(lctx, ctrl, remover, o.MetricsCert)
+		lead(lctx, ctrl, remover, lifts, o.MetricsCert)
 	})
 }
 
 // lead runs the leader's work, the controller, the taint fallback and the
 // metrics certificate's keeper (each when on), until lctx ends.
-func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover, keeper *metricscert.Keeper) {
-	done := make(chan error, 3)
+func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover, lifts *taint.Lifts, keeper *metricscert.Keeper) {
+	done := make(chan error, 4)
 	go func() { done <- ctrl.Run(lctx) }()
-	n := 1
+	go func() { lifts.Run(lctx); done <- nil }()
+	n := 2
 	if remover != nil {
 		n++
 		go func() { done <- remover.Run(lctx) }()

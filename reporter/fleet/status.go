@@ -12,10 +12,6 @@ import (
 	"github.com/certready/certready/reporter/agent/verdict"
 )
 
-// NRCCompletedPrefix is the node-readiness-controller's mark on a node for
-// which a bootstrap-only rule completed (the rule's name follows).
-const NRCCompletedPrefix = "readiness.k8s.io/bootstrap-completed-"
-
 // NodeStatus is one node's line in the fleet view.
 type NodeStatus struct {
 	Node string `json:"node"`
@@ -97,7 +93,7 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 			}
 		}
 		for k := range n.Annotations {
-			if rule, ok := strings.CutPrefix(k, NRCCompletedPrefix); ok {
+			if rule, ok := strings.CutPrefix(k, names.NRCCompletedPrefix); ok {
 				s.Completed = append(s.Completed, rule)
 			}
 		}

@@ -38,7 +38,7 @@ func TestStatusOnFixtures(t *testing.T) {
 	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
 	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Hour)
 	nodes := []corev1.Node{
-		node("w1", &ready, false, map[string]string{fleet.NRCCompletedPrefix + "kubelet-serving-cert": "true"}),
+		node("w1", &ready, false, map[string]string{names.NRCCompletedPrefix + "kubelet-serving-cert": "true"}),
 		node("w2", &pending, true, nil),
 		node("w3", nil, true, nil),
 		node("w4", &stale, false, nil),
