@@ -56,6 +56,23 @@ func TestCSRForAnotherAddressStaysPendingWithItsRule(t *testing.T) {
 	if got := certCondition(node(t, ctx, w.Name)); got.Status != corev1.ConditionFalse {
 		t.Errorf("a foreign pending CSR changed %s's truthful condition: %+v", w.Name, got)
 	}
+	// An admin approves it anyway: certready records who vouched for it
+	// outside its policy, and the rule the policy refused it by.
+	err = localcluster.Poll(ctx, time.Minute, "the refusal kept on the CSR", func() (bool, error) {
+		c, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && c.Annotations[names.DecisionRuleAnnotation] == "IPSANNotInInventory", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cluster.Kubectl(ctx, "certificate", "approve", name); err != nil {
+		t.Fatalf("kubectl certificate approve: %v %s", err, out)
+	}
+	msg := waitCSREvent(t, ctx, name, "ApprovedElsewhere")
+	if !strings.Contains(msg, `field manager "kubectl`) || !strings.Contains(msg, "IPSANNotInInventory") {
+		t.Errorf("ApprovedElsewhere %q: want it naming kubectl's field manager and the rule certready refused it by", msg)
+	}
+	t.Logf("kubectl certificate approve recorded: %s", msg)
 	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
 }
 

@@ -41,9 +41,12 @@ const (
 	Superseded       Action = "superseded"
 	Deferred         Action = "deferred"
 	DecidedElsewhere Action = "decided-elsewhere"
-	VerdictChanged   Action = "verdict-changed"
-	Rotated          Action = "certificate-rotated"
-	RenewalStuck     Action = "renewal-stuck"
+	// ApprovedElsewhere: another actor approved a CSR (rule: the one
+	// certready's policy had refused it by, if any).
+	ApprovedElsewhere Action = "approved-elsewhere"
+	VerdictChanged    Action = "verdict-changed"
+	Rotated           Action = "certificate-rotated"
+	RenewalStuck      Action = "renewal-stuck"
 	// TaintLifted: the readiness taint left a node (rule: who removed it).
 	TaintLifted Action = "readiness-taint-lifted"
 	// The approver's leadership: a period between one leader's

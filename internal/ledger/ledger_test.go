@@ -234,7 +234,7 @@ func TestTheDocumentedSchemaIsTheRecord(t *testing.T) {
 	}
 	_, actionsSection, _ := bytes.Cut(doc, []byte("\n## Actions\n"))
 	actionsSection, _, _ = bytes.Cut(actionsSection, []byte("\n## "))
-	for _, a := range []Action{Approved, LeftPending, Denied, Superseded, Deferred, DecidedElsewhere, VerdictChanged, Rotated, RenewalStuck, TaintLifted} {
+	for _, a := range []Action{Approved, LeftPending, Denied, Superseded, Deferred, DecidedElsewhere, VerdictChanged, Rotated, RenewalStuck, TaintLifted, ApprovedElsewhere} {
 		if !bytes.Contains(actionsSection, []byte("| `"+a+"` |")) {
 			t.Errorf("docs/ledger.md's Actions do not document %q", a)
 		}

@@ -61,6 +61,12 @@ const (
 	// API server overwrites spec.extra with the requester's own on
 	// creation, and the marker can only ever refuse a request.
 	DroppedRequestKey = "certready.io/dropped-request-bytes"
+
+	// ApprovedByKey marks, in spec.extra of a cached CSR (never written
+	// back), the field manager that last wrote its approval subresource,
+	// read from managedFields before they are dropped: who approved it, as
+	// that client named itself.
+	ApprovedByKey = "certready.io/approved-by-manager"
 )
 
 // NodeUser is the username of node's credentials.

@@ -12,9 +12,11 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/certready/certready/internal/csrstate"
@@ -106,6 +108,14 @@ func CSR(o CSROptions) cache.TransformFunc {
 		if !ok {
 			return obj, nil
 		}
+		if by := approvalManager(c.ManagedFields); by != "" {
+			extra := maps.Clone(c.Spec.Extra)
+			if extra == nil {
+				extra = map[string]certv1.ExtraValue{}
+			}
+			extra[names.ApprovedByKey] = certv1.ExtraValue{by}
+			c.Spec.Extra = extra
+		}
 		c.ManagedFields = nil
 		switch {
 		case !csrstate.IsPending(c) || o.DropRequest:
@@ -128,4 +138,26 @@ func CSR(o CSROptions) cache.TransformFunc {
 		}
 		return c, nil
 	}
+}
+
+// approvalManager is the field manager of the newest write through the
+// approval subresource ("" when none is recorded), at most 128 bytes.
+func approvalManager(fields []metav1.ManagedFieldsEntry) string {
+	by, at := "", time.Time{}
+	for _, f := range fields {
+		if f.Subresource != "approval" {
+			continue
+		}
+		t := time.Time{}
+		if f.Time != nil {
+			t = f.Time.Time
+		}
+		if by == "" || !t.Before(at) {
+			by, at = f.Manager, t
+		}
+	}
+	if len(by) > 128 {
+		by = by[:128]
+	}
+	return by
 }

@@ -3,7 +3,9 @@ package trim
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -170,5 +172,46 @@ func TestOtherObjectsPassUntouched(t *testing.T) {
 		if err != nil || out.(cache.DeletedFinalStateUnknown).Key != "worker-1" {
 			t.Errorf("tombstone: %v %v", out, err)
 		}
+	}
+}
+
+// Who approved a CSR is read from its managed fields before they go: the
+// newest write through the approval subresource, bounded.
+func TestCSRKeepsWhoWroteTheApproval(t *testing.T) {
+	at := func(min int) *metav1.Time {
+		t := metav1.NewTime(time.Date(2026, 12, 3, 12, min, 0, 0, time.UTC))
+		return &t
+	}
+	cases := []struct {
+		name   string
+		fields []metav1.ManagedFieldsEntry
+		want   string
+	}{
+		{name: "no approval write", fields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(0)}}},
+		{name: "kubectl certificate approve", fields: []metav1.ManagedFieldsEntry{
+			{Manager: "kubelet", Time: at(0)},
+			{Manager: "kubectl-certificate", Subresource: "approval", Time: at(1)},
+		}, want: "kubectl-certificate"},
+		{name: "the newest of two", fields: []metav1.ManagedFieldsEntry{
+			{Manager: "certready-approver", Subresource: "approval", Time: at(3)},
+			{Manager: "kubectl-certificate", Subresource: "approval", Time: at(1)},
+		}, want: "certready-approver"},
+		{name: "a huge name is bounded", fields: []metav1.ManagedFieldsEntry{{Manager: strings.Repeat("x", 1000), Subresource: "approval", Time: at(1)}}, want: strings.Repeat("x", 128)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			csr := &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: c.fields}}
+			out, err := CSR(CSROptions{})(csr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := out.(*certv1.CertificateSigningRequest)
+			if v := got.Spec.Extra[names.ApprovedByKey]; (c.want == "" && v != nil) || (c.want != "" && (len(v) != 1 || v[0] != c.want)) {
+				t.Errorf("approved by %q, want %q", v, c.want)
+			}
+			if got.ManagedFields != nil {
+				t.Error("managed fields kept")
+			}
+		})
 	}
 }

@@ -166,9 +166,12 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 			}
 			c.enqueue(obj)
 		},
-		UpdateFunc: func(_, obj any) {
+		UpdateFunc: func(oldObj, obj any) {
 			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 				c.pending.observe(csr, false)
+				if old, ok := oldObj.(*certv1.CertificateSigningRequest); ok && !approved(old) && approved(csr) {
+					c.noteApproval(csr)
+				}
 			}
 			c.enqueue(obj)
 		},
@@ -477,6 +480,60 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 	return 0, nil
 }
 
+// FieldManager is the field manager of certready's approvals.
+const FieldManager = "certready-approver"
+
+// approved reports whether c carries a true Approved condition.
+func approved(c *certv1.CertificateSigningRequest) bool {
+	a, _, _ := csrstate.Conditions(c)
+	return a != nil
+}
+
+// ApprovedElsewhereReason is the Warning event reason (on the CSR) of an
+// approval another actor wrote.
+const ApprovedElsewhereReason = "ApprovedElsewhere"
+
+// noteApproval records, while leading, an approval of csr that certready
+// did not write: another identity vouched for a node's serving
+// certificate, perhaps one certready's policy refused. It is certready's
+// when this process decided it, or when its condition carries certready's
+// reason and the approval's field manager is certready's (a previous
+// leader's): both of which a client could imitate, so this is a record,
+// not a control.
+func (c *Controller) noteApproval(csr *certv1.CertificateSigningRequest) {
+	if !c.leading.Load() {
+		return
+	}
+	if _, ours := c.decided.Load(csr.UID); ours {
+		return
+	}
+	cond, _, _ := csrstate.Conditions(csr)
+	manager := ""
+	if v := csr.Spec.Extra[names.ApprovedByKey]; len(v) == 1 {
+		manager = v[0]
+	}
+	if cond != nil && cond.Reason == string(policy.RuleApproved) && manager == FieldManager {
+		return
+	}
+	refused, rule := "unknown", csr.Annotations[names.DecisionRuleAnnotation]
+	msg := fmt.Sprintf("approved by another actor than certready (field manager %q", manager)
+	if cond != nil {
+		msg += fmt.Sprintf(", reason %q: %q", cond.Reason, cond.Message)
+	}
+	msg += ")"
+	if rule != "" {
+		refused = "refused"
+		msg += fmt.Sprintf("; certready's policy had left it pending: %s: %s", rule, csr.Annotations[names.DecisionMessageAnnotation])
+	}
+	c.metrics.elsewhere.WithLabelValues(refused).Inc()
+	node, _ := nodeOf(csr)
+	klog.Background().Info("CSR approved by another actor", "csr", csr.Name, "node", node, "manager", manager, "refusedRule", rule)
+	c.record(ledger.ApprovedElsewhere, csr, policy.Decision{Rule: policy.Rule(rule), Node: node}, msg)
+	if c.recorder != nil {
+		c.recorder.Event(csr, corev1.EventTypeWarning, ApprovedElsewhereReason, msg)
+	}
+}
+
 // record writes decision d on csr to the ledger.
 func (c *Controller) record(action ledger.Action, csr *certv1.CertificateSigningRequest, d policy.Decision, msg string) {
 	if c.cfg.Ledger == nil {
@@ -565,7 +622,7 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		})
 		return true
 	}, func(cur *certv1.CertificateSigningRequest) (*certv1.CertificateSigningRequest, error) {
-		return api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{})
+		return api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{FieldManager: FieldManager})
 	})
 	if err != nil {
 		return "", fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)

@@ -843,3 +843,31 @@ func TestStageGaugesAndTheBacklog(t *testing.T) {
 		t.Errorf("certready_approver_oldest_pending_csr_age_seconds %v, want about two hours: the unsigned request's age", s)
 	}
 }
+
+// Another identity approving a request certready's policy left pending is
+// recorded (event, metric), naming the rule it failed; certready's own
+// approvals never are.
+func TestApprovalByAnotherActorIsRecorded(t *testing.T) {
+	e := start(t, controller.Config{}, true, csr(t, "csr-ok", "w1", "192.0.2.11", signer), csr(t, "csr-bad", "w2", "192.0.2.99", signer))
+	e.waitFor("csr-ok", "approved", approved)
+	e.waitFor("csr-bad", "its refusal kept on it", func(c *certv1.CertificateSigningRequest) bool {
+		return c.Annotations[names.DecisionRuleAnnotation] == "IPSANNotInInventory"
+	})
+	// An admin's kubectl certificate approve.
+	c := e.get("csr-bad")
+	c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue,
+		Reason: "KubectlApprove", Message: "This CSR was approved by kubectl certificate approve."})
+	if _, err := e.cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(context.Background(), "csr-bad", c, metav1.UpdateOptions{FieldManager: "kubectl-certificate"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.waitEvent("Warning " + controller.ApprovedElsewhereReason)
+	if !strings.Contains(ev, "KubectlApprove") || !strings.Contains(ev, "IPSANNotInInventory") {
+		t.Errorf("event %q: want it naming the approval's reason and the rule certready refused it by", ev)
+	}
+	if v := testmetrics.Value(testmetrics.Series(t, e.reg, "certready_approver_approved_elsewhere_total", map[string]string{"policy": "refused"})[0]); v != 1 {
+		t.Errorf("approved elsewhere (refused) = %v, want 1", v)
+	}
+	if v := testmetrics.Value(testmetrics.Series(t, e.reg, "certready_approver_approved_elsewhere_total", map[string]string{"policy": "unknown"})[0]); v != 0 {
+		t.Errorf("approved elsewhere (unknown) = %v, want 0: certready's own approval of csr-ok counted", v)
+	}
+}

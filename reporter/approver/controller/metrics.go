@@ -15,6 +15,9 @@ type metrics struct {
 	decisionTime prometheus.Histogram
 	leader       prometheus.Gauge
 	floodGuard   prometheus.Gauge
+	// elsewhere: approvals another actor wrote, by whether certready's
+	// policy had refused the request.
+	elsewhere *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
@@ -42,7 +45,13 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 			Help: "1 while the pending kubelet-serving backlog is at or above --max-pending and nothing is approved.",
 		}),
 	}
-	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, cacheCollector{c})
+	m.elsewhere = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "certready_approver_approved_elsewhere_total",
+		Help: "Kubelet-serving CSRs approved by another actor than certready (kubectl certificate approve, another approver), by policy: refused (certready had left the request pending with a rule) or unknown.",
+	}, []string{"policy"})
+	m.elsewhere.WithLabelValues("refused")
+	m.elsewhere.WithLabelValues("unknown")
+	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, m.elsewhere, cacheCollector{c})
 	return m
 }
 

@@ -49,7 +49,7 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 		wantFP        string
 	}{
 		{name: "certready's fallback", old: base(corev1.ConditionFalse, ready, key),
-			new: annotated(base(corev1.ConditionFalse, ready), names.CompletedAnnotation, "2026-11-30T03:00:00Z"),
+			new:    annotated(base(corev1.ConditionFalse, ready), names.CompletedAnnotation, "2026-11-30T03:00:00Z"),
 			wantOK: true, wantBy: taint.ByCertready, wantFP: fp.String()},
 		{name: "a node-readiness-controller rule", old: base(corev1.ConditionFalse, ready, key),
 			new:    annotated(base(corev1.ConditionFalse, ready), names.NRCCompletedPrefix+"9f1c", "true"),
