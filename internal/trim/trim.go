@@ -108,6 +108,15 @@ func CSR(o CSROptions) cache.TransformFunc {
 		if !ok {
 			return obj, nil
 		}
+		// The markers are the cache's own: a requester's user info (an
+		// authenticating proxy's extras) may carry the same keys.
+		if c.Spec.Extra != nil {
+			extra := maps.Clone(c.Spec.Extra)
+			for _, k := range []string{names.ApprovedByKey, names.IssuedKey, names.DroppedRequestKey} {
+				delete(extra, k)
+			}
+			c.Spec.Extra = extra
+		}
 		if by := approvalManager(c.ManagedFields); by != "" {
 			extra := maps.Clone(c.Spec.Extra)
 			if extra == nil {

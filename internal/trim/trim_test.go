@@ -196,11 +196,13 @@ func TestCSRKeepsWhoWroteTheApproval(t *testing.T) {
 			{Manager: "certready-approver", Subresource: "approval", Time: at(3)},
 			{Manager: "kubectl-certificate", Subresource: "approval", Time: at(1)},
 		}, want: "certready-approver"},
+		{name: "a requester's own extra with the marker's key counts for nothing", fields: nil},
 		{name: "a huge name is bounded", fields: []metav1.ManagedFieldsEntry{{Manager: strings.Repeat("x", 1000), Subresource: "approval", Time: at(1)}}, want: strings.Repeat("x", 128)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			csr := &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: c.fields}}
+			csr := &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: c.fields},
+				Spec: certv1.CertificateSigningRequestSpec{Extra: map[string]certv1.ExtraValue{names.ApprovedByKey: {"certready-approver"}, names.IssuedKey: {"true"}}}}
 			out, err := CSR(CSROptions{})(csr)
 			if err != nil {
 				t.Fatal(err)
@@ -211,6 +213,9 @@ func TestCSRKeepsWhoWroteTheApproval(t *testing.T) {
 			}
 			if got.ManagedFields != nil {
 				t.Error("managed fields kept")
+			}
+			if _, ok := got.Spec.Extra[names.IssuedKey]; ok {
+				t.Error("a requester's issued marker kept on a pending request")
 			}
 		})
 	}

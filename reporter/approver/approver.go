@@ -208,7 +208,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if readinessTaint.Key == "" {
 		readinessTaint = corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}
 	}
-	lifts, err := taint.NewLifts(readinessTaint, o.ConditionType, recorder, o.Controller.Ledger, reg, c.node.Informer())
+	lifts, err := taint.NewLifts(readinessTaint, o.ConditionType, remover != nil, recorder, o.Controller.Ledger, reg, c.node.Informer())
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -480,6 +481,17 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 	return 0, nil
 }
 
+// ruleName is what a policy rule's name looks like.
+var ruleName = regexp.MustCompile(`^[A-Za-z]{1,64}$`)
+
+// clip bounds s, a string another actor wrote, for an event or a record.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
 // FieldManager is the field manager of certready's approvals.
 const FieldManager = "certready-approver"
 
@@ -515,15 +527,33 @@ func (c *Controller) noteApproval(csr *certv1.CertificateSigningRequest) {
 	if cond != nil && cond.Reason == string(policy.RuleApproved) && manager == FieldManager {
 		return
 	}
-	refused, rule := "unknown", csr.Annotations[names.DecisionRuleAnnotation]
-	msg := fmt.Sprintf("approved by another actor than certready (field manager %q", manager)
+	// The rule certready's policy left it pending by: this process's own
+	// memory first; the annotation (which the requester may set too) only
+	// when it reads as a rule name.
+	c.mu.Lock()
+	rule := string(c.recorded[csr.Name])
+	c.mu.Unlock()
+	if a := csr.Annotations[names.DecisionRuleAnnotation]; rule == "" && ruleName.MatchString(a) {
+		rule = a
+	}
+	refused := "unknown"
+	switch policy.Rule(rule) {
+	case "":
+	case policy.RuleFloodGuard, policy.RuleSuperseded, policy.RuleNodeNotInInventory:
+		refused = "deferred"
+	default:
+		refused = "refused"
+	}
+	msg := fmt.Sprintf("approved by another actor than certready (field manager %q", clip(manager, 128))
 	if cond != nil {
-		msg += fmt.Sprintf(", reason %q: %q", cond.Reason, cond.Message)
+		msg += fmt.Sprintf(", reason %q: %q", clip(cond.Reason, 128), clip(cond.Message, maxNoteMessage))
 	}
 	msg += ")"
 	if rule != "" {
-		refused = "refused"
-		msg += fmt.Sprintf("; certready's policy had left it pending: %s: %s", rule, csr.Annotations[names.DecisionMessageAnnotation])
+		msg += fmt.Sprintf("; certready's policy had left it pending: %s", rule)
+		if m := csr.Annotations[names.DecisionMessageAnnotation]; m != "" {
+			msg += ": " + clip(m, maxNoteMessage)
+		}
 	}
 	c.metrics.elsewhere.WithLabelValues(refused).Inc()
 	node, _ := nodeOf(csr)
@@ -604,6 +634,10 @@ func (c *Controller) writeNote(ctx context.Context, name string) error {
 // Denied, Failed or Issued) as by; by is empty when this call decided.
 func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, typ certv1.RequestConditionType, d policy.Decision) (by string, err error) {
 	api := c.client.CertificatesV1().CertificateSigningRequests()
+	// Known as this process's before the write lands: the watch may bring
+	// the approval before the write returns, and it must not look like
+	// another actor's (noteApproval).
+	c.decided.Store(csr.UID, struct{}{})
 	_, err = c.update(ctx, csr, func(cur *certv1.CertificateSigningRequest) bool {
 		if !csrstate.IsPending(cur) {
 			by = string(csrstate.Of(cur))
@@ -625,12 +659,13 @@ func (c *Controller) decide(ctx context.Context, csr *certv1.CertificateSigningR
 		return api.UpdateApproval(ctx, cur.Name, cur, metav1.UpdateOptions{FieldManager: FieldManager})
 	})
 	if err != nil {
+		c.decided.Delete(csr.UID)
 		return "", fmt.Errorf("writing %s on CSR %s: %w", typ, csr.Name, err)
 	}
 	if by != "" {
+		c.decided.Delete(csr.UID)
 		return by, nil
 	}
-	c.decided.Store(csr.UID, struct{}{})
 	if c.recorder != nil {
 		kind := corev1.EventTypeNormal
 		if typ == certv1.CertificateDenied {

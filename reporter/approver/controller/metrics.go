@@ -47,9 +47,10 @@ func newMetrics(reg prometheus.Registerer, c *Controller) *metrics {
 	}
 	m.elsewhere = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "certready_approver_approved_elsewhere_total",
-		Help: "Kubelet-serving CSRs approved by another actor than certready (kubectl certificate approve, another approver), by policy: refused (certready had left the request pending with a rule) or unknown.",
+		Help: "Kubelet-serving CSRs approved by another actor than certready (kubectl certificate approve, another approver), by policy: refused (certready had left the request pending with a rule), deferred (it was waiting: flood guard, a newer request, a node not in the inventory yet) or unknown.",
 	}, []string{"policy"})
 	m.elsewhere.WithLabelValues("refused")
+	m.elsewhere.WithLabelValues("deferred")
 	m.elsewhere.WithLabelValues("unknown")
 	reg.MustRegister(m.decisions, m.latency, m.decisionTime, m.leader, m.floodGuard, m.elsewhere, cacheCollector{c})
 	return m

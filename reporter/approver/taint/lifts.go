@@ -43,14 +43,41 @@ type Lift struct {
 	Fingerprint string
 	// Waited is how long after the Node was registered.
 	Waited time.Duration
+	// First: the node carried no completion mark before (its bootstrap),
+	// so Waited is a bootstrap's duration.
+	First bool
 }
 
-// Lifted reports the readiness taint t leaving the node between old and
-// new, with who lifted it by the completion marks new gained.
-func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeConditionType, now time.Time) (Lift, bool) {
+// completed reports whether n carries a completion mark, certready's or
+// a node-readiness-controller rule's.
+func completed(n *corev1.Node) bool {
+	for k := range n.Annotations {
+		if k == CompletedAnnotation || strings.HasPrefix(k, names.NRCCompletedPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// clip bounds s, which a node or a controller wrote, for an event or a
+// record.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Lifted reports the readiness taint t (its key and effect, whatever its
+// value, as the node-readiness-controller matches it) leaving the node
+// between old and new, with who lifted it by the completion marks new
+// gained. A mark is a claim whoever may patch Nodes can make: certready's
+// counts only when its fallback runs (fallback), and Lift.Claimed says
+// the rest is as claimed.
+func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeConditionType, fallback bool, now time.Time) (Lift, bool) {
 	has := func(n *corev1.Node) bool {
 		for _, x := range n.Spec.Taints {
-			if same(x, t) {
+			if x.Key == t.Key && x.Effect == t.Effect {
 				return true
 			}
 		}
@@ -59,9 +86,12 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 	if old == nil || new == nil || old.UID != new.UID || !has(old) || has(new) {
 		return Lift{}, false
 	}
-	l := Lift{Node: new.Name, By: ByOther, Waited: now.Sub(new.CreationTimestamp.Time)}
+	l := Lift{Node: new.Name, By: ByOther, Waited: max(now.Sub(new.CreationTimestamp.Time), 0), First: !completed(old)}
 	if v, ok := new.Annotations[CompletedAnnotation]; ok && old.Annotations[CompletedAnnotation] != v {
 		l.By = ByCertready
+		if !fallback {
+			l.By, l.Rule = ByOther, "claims certready, whose fallback is off"
+		}
 	} else {
 		var rules []string
 		for k := range new.Annotations {
@@ -73,6 +103,12 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 		}
 		if len(rules) > 0 {
 			sort.Strings(rules)
+			if len(rules) > 3 {
+				rules = append(rules[:3], fmt.Sprintf("and %d more", len(rules)-3))
+			}
+			for i := range rules {
+				rules[i] = clip(rules[i], 64)
+			}
 			l.By, l.Rule = ByNRC, strings.Join(rules, ",")
 		}
 	}
@@ -93,6 +129,7 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 type Lifts struct {
 	taint         corev1.Taint
 	conditionType corev1.NodeConditionType
+	fallback      bool
 	events        record.EventRecorder
 	ledger        *ledger.Ledger
 	waited        *prometheus.HistogramVec
@@ -100,13 +137,14 @@ type Lifts struct {
 	now           func() time.Time
 }
 
-// NewLifts watches nodeInformer for removals of t.
-func NewLifts(t corev1.Taint, conditionType corev1.NodeConditionType, events record.EventRecorder, led *ledger.Ledger,
+// NewLifts watches nodeInformer for removals of t; fallback says whether
+// certready's taint fallback runs (only then is its mark its own).
+func NewLifts(t corev1.Taint, conditionType corev1.NodeConditionType, fallback bool, events record.EventRecorder, led *ledger.Ledger,
 	reg prometheus.Registerer, nodeInformer cache.SharedIndexInformer) (*Lifts, error) {
-	l := &Lifts{taint: t, conditionType: conditionType, events: events, ledger: led, now: time.Now,
+	l := &Lifts{taint: t, conditionType: conditionType, fallback: fallback, events: events, ledger: led, now: time.Now,
 		waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "certready_readiness_taint_wait_seconds",
-			Help: "From a Node's registration to its readiness taint's removal, by who removed it: certready (the fallback), node-readiness-controller, other.",
+			Help: "From a Node's registration to its readiness taint's first removal (its bootstrap; no completion mark before), by who removed it: certready (the fallback), node-readiness-controller, other.",
 			// 1 s to about 2.3 h.
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}, []string{"by"}),
@@ -118,7 +156,7 @@ func NewLifts(t corev1.Taint, conditionType corev1.NodeConditionType, events rec
 		old, _ := o.(*corev1.Node)
 		new, _ := n.(*corev1.Node)
 		if l.active.Load() {
-			if lift, ok := Lifted(old, new, l.taint, l.conditionType, l.now()); ok {
+			if lift, ok := Lifted(old, new, l.taint, l.conditionType, l.fallback, l.now()); ok {
 				l.record(new, lift)
 			}
 		}
@@ -143,7 +181,7 @@ func (l *Lifts) record(node *corev1.Node, lift Lift) {
 	status := ""
 	if c := lift.Condition; c != nil {
 		status = string(c.Status)
-		relied = fmt.Sprintf("%s=%s (%s) since %s, written %s", l.conditionType, c.Status, c.Reason,
+		relied = fmt.Sprintf("%s=%s (%s) since %s, written %s", l.conditionType, c.Status, clip(c.Reason, 64),
 			c.LastTransitionTime.UTC().Format(time.RFC3339), c.LastHeartbeatTime.UTC().Format(time.RFC3339))
 		if lift.Fingerprint != "" {
 			relied += ", certificate sha256 " + lift.Fingerprint
@@ -155,7 +193,9 @@ func (l *Lifts) record(node *corev1.Node, lift Lift) {
 		msg += ": the node's serving certificate was not proven ready"
 	}
 	klog.Background().Info("Readiness taint removed", "node", lift.Node, "by", by, "waited", lift.Waited.Round(time.Second), "condition", status, "certificate", lift.Fingerprint)
-	l.waited.WithLabelValues(lift.By).Observe(max(lift.Waited.Seconds(), 0))
+	if lift.First {
+		l.waited.WithLabelValues(lift.By).Observe(lift.Waited.Seconds())
+	}
 	if l.events != nil {
 		typ := corev1.EventTypeNormal
 		if lift.Condition == nil || lift.Condition.Status != corev1.ConditionFalse {
@@ -163,6 +203,8 @@ func (l *Lifts) record(node *corev1.Node, lift Lift) {
 		}
 		l.events.Eventf(node, typ, "ReadinessTaintLifted", "%s", msg)
 	}
+	// Key: each lift of each Node object is its own record (a node
+	// tainted and lifted again repeats every other field).
 	l.ledger.Record(ledger.Record{Action: ledger.TaintLifted, Node: lift.Node, Rule: by, Status: status,
-		CertificateSHA256: lift.Fingerprint, Message: msg})
+		CertificateSHA256: lift.Fingerprint, Message: msg, Key: string(node.UID) + "/" + node.ResourceVersion})
 }

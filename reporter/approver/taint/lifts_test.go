@@ -47,6 +47,7 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 		wantOK        bool
 		wantBy, wantR string
 		wantFP        string
+		noFallback    bool
 	}{
 		{name: "certready's fallback", old: base(corev1.ConditionFalse, ready, key),
 			new:    annotated(base(corev1.ConditionFalse, ready), names.CompletedAnnotation, "2026-11-30T03:00:00Z"),
@@ -58,9 +59,17 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 			new: base(corev1.ConditionTrue, "CSR pending"), wantOK: true, wantBy: taint.ByOther},
 		{name: "the taint stays", old: base(corev1.ConditionTrue, "", key), new: base(corev1.ConditionFalse, ready, key)},
 		{name: "never tainted", old: base(corev1.ConditionFalse, ready), new: base(corev1.ConditionFalse, ready)},
-		{name: "another value of the key is not the readiness taint", old: func() *corev1.Node {
+		{name: "certready's mark while its fallback is off is a claim", old: base(corev1.ConditionFalse, ready, key),
+			new:    annotated(base(corev1.ConditionFalse, ready), names.CompletedAnnotation, "2026-11-30T03:00:00Z"),
+			wantOK: true, wantBy: taint.ByOther, wantR: "claims certready, whose fallback is off", wantFP: fp.String(), noFallback: true},
+		{name: "the key with another value is the readiness taint (NRC matches key and effect)", old: func() *corev1.Node {
 			n := base(corev1.ConditionFalse, ready)
 			n.Spec.Taints = []corev1.Taint{{Key: key, Value: "other", Effect: corev1.TaintEffectNoSchedule}}
+			return n
+		}(), new: base(corev1.ConditionFalse, ready), wantOK: true, wantBy: taint.ByOther, wantFP: fp.String()},
+		{name: "the key with another effect is not", old: func() *corev1.Node {
+			n := base(corev1.ConditionFalse, ready)
+			n.Spec.Taints = []corev1.Taint{{Key: key, Value: "pending", Effect: corev1.TaintEffectPreferNoSchedule}}
 			return n
 		}(), new: base(corev1.ConditionFalse, ready)},
 		{name: "a Node registered again is another object", old: base(corev1.ConditionFalse, ready, key), new: func() *corev1.Node {
@@ -71,14 +80,14 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			lift, ok := taint.Lifted(c.old, c.new, cfg.Taint, cfg.ConditionType, heartbeat)
+			lift, ok := taint.Lifted(c.old, c.new, cfg.Taint, cfg.ConditionType, !c.noFallback, heartbeat)
 			if ok != c.wantOK {
 				t.Fatalf("Lifted = %+v, %v; want ok %v", lift, ok, c.wantOK)
 			}
 			if !ok {
 				return
 			}
-			if lift.By != c.wantBy || lift.Rule != c.wantR || lift.Fingerprint != c.wantFP || lift.Waited != 90*time.Second || lift.Condition == nil {
+			if lift.By != c.wantBy || lift.Rule != c.wantR || lift.Fingerprint != c.wantFP || lift.Waited != 90*time.Second || lift.Condition == nil || !lift.First {
 				t.Errorf("Lifted = %+v; want by %q rule %q fingerprint %q, waited 90s, with the condition", lift, c.wantBy, c.wantR, c.wantFP)
 			}
 		})
@@ -93,7 +102,7 @@ func TestLiftsRecordOnlyWhileLeading(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	replica := func() (*taint.Lifts, *record.FakeRecorder, *prometheus.Registry) {
 		events, reg := record.NewFakeRecorder(10), prometheus.NewRegistry()
-		l, err := taint.NewLifts(cfg.Taint, cfg.ConditionType, events, nil, reg, factory.Core().V1().Nodes().Informer())
+		l, err := taint.NewLifts(cfg.Taint, cfg.ConditionType, true, events, nil, reg, factory.Core().V1().Nodes().Informer())
 		if err != nil {
 			t.Fatal(err)
 		}
