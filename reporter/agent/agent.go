@@ -209,12 +209,14 @@ type Agent struct {
 	// Worker-only state.
 	proven *provenCSR  // the CSR that proved the current fingerprint
 	served *servedCert // the certificate last published ready
-	// nodeShowsReady: the Node's condition, as this check read it, is
-	// False. Otherwise a ready verdict is a transition someone may act on
-	// (a taint lifted), and the API server's path is proven afresh:
-	// whoever wrote the condition last (this process, an earlier one, the
-	// watchdog).
-	nodeShowsReady bool
+	// publishedReady: the last verdict this process published was ready.
+	// Otherwise a ready verdict is a transition someone may act on (a
+	// taint lifted), and the API server's path is proven afresh. (The
+	// Node's own condition is not the measure: a Node registered again
+	// has none while its kubelet restarts and answers log requests with
+	// 404 for a while, which would hold the new Node's taint for the
+	// retries; the certificate and this process's proof of it stand.)
+	publishedReady bool
 	apiProof       *apipath.Prover
 	// unverified asks the API server while the kubelet presents a
 	// certificate the CA does not verify; findingAt is when the
@@ -402,7 +404,7 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 			Count: func(o verdict.APIPathOutcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
 		}
 		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
-			return a.apiProof.Evidence(ctx, fp, a.now(), !a.nodeShowsReady)
+			return a.apiProof.Evidence(ctx, fp, a.now(), !a.publishedReady)
 		}
 		// A refusal is the healthy answer here: it stands as long as a
 		// proof, so a kubelet with a self-signed certificate costs one
@@ -449,10 +451,6 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 			a.metrics.clockSkew.Set(r.Skew.Seconds())
 		}
 	}
-	// Ready as the taint's keepers read it: False and fresh (written
-	// within two heartbeats).
-	cur := condition.Find(node, a.cfg.ConditionType)
-	a.nodeShowsReady = cur != nil && cur.Status == corev1.ConditionFalse && a.now().Sub(cur.LastHeartbeatTime.Time) < 2*a.cfg.Heartbeat
 	in = a.check.Run(ctx, in, node)
 	if in.ClientNotAfter.IsZero() {
 		a.metrics.clientNotAfter.Set(0)
@@ -504,6 +502,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	a.metrics.writes.WithLabelValues(string(out)).Inc()
 	a.metrics.published(v, now, out == condition.Transitioned)
+	a.publishedReady = v.Ready()
 	if out == condition.Transitioned {
 		logger.Info("Condition changed", "type", a.cfg.ConditionType, "status", v.Status, "reason", v.Reason, "message", v.Message)
 		a.recordVerdict(now, v, in)
