@@ -550,10 +550,12 @@ func (c *Controller) noteApproval(csr *certv1.CertificateSigningRequest) {
 	}
 	msg += ")"
 	if rule != "" {
-		msg += fmt.Sprintf("; certready's policy had left it pending: %s", rule)
-		if m := csr.Annotations[names.DecisionMessageAnnotation]; m != "" {
-			msg += ": " + clip(m, maxNoteMessage)
+		// The kept message begins with its rule's name.
+		why := rule
+		if m := csr.Annotations[names.DecisionMessageAnnotation]; strings.HasPrefix(m, rule+":") {
+			why = clip(m, maxNoteMessage)
 		}
+		msg += "; certready's policy had left it pending: " + why
 	}
 	c.metrics.elsewhere.WithLabelValues(refused).Inc()
 	node, _ := nodeOf(csr)
