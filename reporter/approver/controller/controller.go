@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/csrstate"
+	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/workloop"
@@ -485,14 +486,6 @@ func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigning
 // ruleName is what a policy rule's name looks like.
 var ruleName = regexp.MustCompile(`^[A-Za-z]{1,64}$`)
 
-// clip bounds s, a string another actor wrote, for an event or a record.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
 // FieldManager is the field manager of certready's approvals.
 const FieldManager = "certready-approver"
 
@@ -545,16 +538,16 @@ func (c *Controller) noteApproval(csr *certv1.CertificateSigningRequest) {
 	default:
 		refused = "refused"
 	}
-	msg := fmt.Sprintf("approved by another actor than certready (field manager %q", clip(manager, 128))
+	msg := fmt.Sprintf("approved by another actor than certready (field manager %q", events.Clip(manager, 128))
 	if cond != nil {
-		msg += fmt.Sprintf(", reason %q: %q", clip(cond.Reason, 128), clip(cond.Message, maxNoteMessage))
+		msg += fmt.Sprintf(", reason %q: %q", events.Clip(cond.Reason, 128), events.Clip(cond.Message, maxNoteMessage))
 	}
 	msg += ")"
 	if rule != "" {
 		// The kept message begins with its rule's name.
 		why := rule
 		if m := csr.Annotations[names.DecisionMessageAnnotation]; strings.HasPrefix(m, rule+":") {
-			why = clip(m, maxNoteMessage)
+			why = events.Clip(m, maxNoteMessage)
 		}
 		msg += "; certready's policy had left it pending: " + why
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/condition"
@@ -59,15 +60,6 @@ func completed(n *corev1.Node) bool {
 	return false
 }
 
-// clip bounds s, which a node or a controller wrote, for an event or a
-// record.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
 // Lifted reports the readiness taint t (its key and effect, whatever its
 // value, as the node-readiness-controller matches it) leaving the node
 // between old and new, with who lifted it by the completion marks new
@@ -107,7 +99,7 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 				rules = append(rules[:3], fmt.Sprintf("and %d more", len(rules)-3))
 			}
 			for i := range rules {
-				rules[i] = clip(rules[i], 64)
+				rules[i] = events.Clip(rules[i], 64)
 			}
 			l.By, l.Rule = ByNRC, strings.Join(rules, ",")
 		}
@@ -115,7 +107,9 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 	if c := condition.Find(new, conditionType); c != nil {
 		c := *c
 		l.Condition = &c
-		if f, ok := verdict.ParseFacts(c.Message); ok && !f.Fingerprint.IsZero() {
+		// Facts are a ready message's (the end of a not-ready one may be
+		// text others wrote: an inventory, an API server's error).
+		if f, ok := verdict.ParseFacts(c.Message); ok && c.Status == corev1.ConditionFalse && !f.Fingerprint.IsZero() {
 			l.Fingerprint = f.Fingerprint.String()
 		}
 	}
@@ -181,7 +175,7 @@ func (l *Lifts) record(node *corev1.Node, lift Lift) {
 	status := ""
 	if c := lift.Condition; c != nil {
 		status = string(c.Status)
-		relied = fmt.Sprintf("%s=%s (%s) since %s, written %s", l.conditionType, c.Status, clip(c.Reason, 64),
+		relied = fmt.Sprintf("%s=%s (%s) since %s, written %s", l.conditionType, c.Status, events.Clip(c.Reason, 64),
 			c.LastTransitionTime.UTC().Format(time.RFC3339), c.LastHeartbeatTime.UTC().Format(time.RFC3339))
 		if lift.Fingerprint != "" {
 			relied += ", certificate sha256 " + lift.Fingerprint

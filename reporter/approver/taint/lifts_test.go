@@ -57,6 +57,8 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 			wantOK: true, wantBy: taint.ByNRC, wantR: "9f1c", wantFP: fp.String()},
 		{name: "an operator's kubectl taint, the condition True", old: base(corev1.ConditionTrue, "CSR pending", key),
 			new: base(corev1.ConditionTrue, "CSR pending"), wantOK: true, wantBy: taint.ByOther},
+		{name: "facts at the end of a not-ready message are no proof", old: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+verdict.Facts{Fingerprint: fp}.String(), key),
+			new: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+verdict.Facts{Fingerprint: fp}.String()), wantOK: true, wantBy: taint.ByOther},
 		{name: "the taint stays", old: base(corev1.ConditionTrue, "", key), new: base(corev1.ConditionFalse, ready, key)},
 		{name: "never tainted", old: base(corev1.ConditionFalse, ready), new: base(corev1.ConditionFalse, ready)},
 		{name: "certready's mark while its fallback is off is a claim", old: base(corev1.ConditionFalse, ready, key),
