@@ -5,13 +5,9 @@
 package inventory
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/netip"
-	"sort"
-	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/certready/certready/internal/inventorydoc"
 )
 
 // Entry is what one node owns.
@@ -50,60 +46,16 @@ type Claims interface {
 	NameClaimants(name string) []string
 }
 
-// Mapping is the desired-state document of the file and ConfigMap sources:
-//
-//	nodes:
-//	  worker-1:
-//	    ips: ["192.0.2.11", "2001:db8::11"]
-//	    dnsNames: ["worker-1.example.com"]
-type Mapping struct {
-	Nodes map[string]Entry `json:"nodes"`
-}
-
-// Parse decodes a mapping strictly (YAML or JSON): unknown fields, bad IPs
-// and empty node names are errors that name the node and the value.
+// Parse decodes a desired-state document (inventorydoc.Parse) into
+// entries.
 func Parse(data []byte) (map[string]Entry, error) {
-	jsonData, err := yaml.YAMLToJSON(data)
+	recs, err := inventorydoc.Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("not YAML or JSON: %w", err)
+		return nil, err
 	}
-	var raw struct {
-		Nodes map[string]struct {
-			IPs      []string `json:"ips"`
-			DNSNames []string `json:"dnsNames"`
-		} `json:"nodes"`
-	}
-	dec := json.NewDecoder(strings.NewReader(string(jsonData)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("decoding the inventory: %w (want {nodes: {<name>: {ips: [...], dnsNames: [...]}}})", err)
-	}
-	out := make(map[string]Entry, len(raw.Nodes))
-	names := make([]string, 0, len(raw.Nodes))
-	for name := range raw.Nodes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if strings.TrimSpace(name) == "" {
-			return nil, fmt.Errorf("an inventory entry has an empty node name")
-		}
-		r := raw.Nodes[name]
-		var e Entry
-		for _, s := range r.IPs {
-			ip, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("node %s: ip %q: %w", name, s, err)
-			}
-			e.IPs = append(e.IPs, ip)
-		}
-		for _, d := range r.DNSNames {
-			if strings.TrimSpace(d) == "" {
-				return nil, fmt.Errorf("node %s: empty DNS name", name)
-			}
-			e.DNSNames = append(e.DNSNames, d)
-		}
-		out[name] = e
+	out := make(map[string]Entry, len(recs))
+	for name, r := range recs {
+		out[name] = Entry{IPs: r.IPs, DNSNames: r.DNSNames}
 	}
 	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/certready/certready/internal/inventorydoc"
 	"github.com/certready/certready/internal/trim"
 )
 
@@ -218,7 +219,7 @@ func (s *Static) Replace(nodes map[string]Entry) {
 }
 
 // ConfigMapKey is the key of the mapping in an inventory ConfigMap.
-const ConfigMapKey = "inventory.yaml"
+const ConfigMapKey = inventorydoc.ConfigMapKey
 
 // FromConfigMap parses the mapping in cm's ConfigMapKey.
 func FromConfigMap(cm *corev1.ConfigMap) (map[string]Entry, error) {

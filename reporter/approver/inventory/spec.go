@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/inventorydoc"
 )
 
 // Watch keeps a desired-state source current: Run reloads it on every
@@ -25,38 +27,34 @@ type Watch struct {
 // nil for the Node objects (their informer keeps them current). An error
 // names the spec and the form it wants.
 func FromSpec(client kubernetes.Interface, spec string, nodes Nodes) (Source, *Watch, error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch kind {
-	case "", "node":
-		if arg != "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
-		}
+	if spec == "" || spec == "node" {
 		return nodes, nil, nil
+	}
+	if strings.HasPrefix(spec, "node:") {
+		return nil, nil, fmt.Errorf("--inventory=%s: node takes no argument", spec)
+	}
+	sp, err := inventorydoc.ParseSpec(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (or node; Cluster API: --cluster-api)", err)
+	}
+	switch sp.Kind {
 	case "file":
-		if arg == "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: want file:<path>", spec)
-		}
-		m, err := LoadFile(arg)
+		m, err := LoadFile(sp.Path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--inventory=%s: %w", spec, err)
 		}
-		src := NewStatic("file "+arg, m)
+		src := NewStatic(sp.Describe(), m)
 		return src, &Watch{LoadedAtStart: true, Run: func(ctx context.Context, changed func(error)) {
-			if err := WatchFile(ctx, arg, src, changed); err != nil {
+			if err := WatchFile(ctx, sp.Path, src, changed); err != nil {
 				// Never a silent freeze: without file events, poll.
-				klog.FromContext(ctx).Error(err, "Cannot watch the inventory file; polling it every 10s instead", "file", arg)
-				PollFile(ctx, arg, src, 10*time.Second, changed)
+				klog.FromContext(ctx).Error(err, "Cannot watch the inventory file; polling it every 10s instead", "file", sp.Path)
+				PollFile(ctx, sp.Path, src, 10*time.Second, changed)
 			}
 		}}, nil
-	case "configmap":
-		ns, name, ok := strings.Cut(arg, "/")
-		if !ok || ns == "" || name == "" {
-			return nil, nil, fmt.Errorf("--inventory=%s: want configmap:<namespace>/<name>", spec)
-		}
-		src := NewStatic("ConfigMap "+arg, map[string]Entry{})
+	default:
+		src := NewStatic(sp.Describe(), map[string]Entry{})
 		return src, &Watch{Run: func(ctx context.Context, changed func(error)) {
-			WatchConfigMap(ctx, client, ns, name, src, changed)
+			WatchConfigMap(ctx, client, sp.Namespace, sp.Name, src, changed)
 		}}, nil
 	}
-	return nil, nil, fmt.Errorf("--inventory=%s: want node, configmap:<namespace>/<name> or file:<path> (Cluster API: --cluster-api)", spec)
 }
