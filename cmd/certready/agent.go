@@ -61,6 +61,7 @@ func runAgent(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.Container, "container-name", "agent", "This agent's container in its pod.")
 	fs.DurationVar(&cfg.APIProofInterval, "apiserver-proof-interval", 10*time.Minute, "How long a proof of the API server's path stands for the same certificate (plus up to a tenth, random); a new certificate, and a verdict about to become ready, are proven again at once.")
 	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", kubeletconfig.DefaultPath, "The kubelet's configuration file (kubeadm's path by default), mounted read-only at this path: serverTLSBootstrap or rotateCertificates not true there is named from the first check. Missing, empty, unreadable or not a KubeletConfiguration: not known, never an error of the verdict. Empty: not read.")
+	fs.StringVar(&cfg.Inventory, "inventory", "", "A desired-state inventory, as the approver's --inventory: configmap:<namespace>/<name> (key inventory.yaml; needs get, list and watch on that ConfigMap) or file:<path> (read at each check). The agent dials the address it records for this node and names the Node's addresses that drift from it (condition message, NodeAddressDrift event, certready_node_address_drift). Empty or node: the Node's own addresses.")
 	serving.add(fs, ":9721", ":9722", "")
 	lf.add(fs)
 	kf.add(fs, 5, 10)

@@ -41,7 +41,7 @@ var commandLineOnly = map[string]string{
 	"max-connections-per-source":      "raises the connection cap of the host-network ports",
 	"metrics-handshake-rate":          "raises the connection cap of the host-network ports",
 	"profiling":                       "exposes Go's profiles on the metrics port",
-	"inventory":                       "chooses what the approver believes a node owns",
+	"inventory":                       "chooses what the approver believes a node owns and where the agent dials",
 	"cluster-api":                     "chooses whose credentials the approver uses",
 	"capi-cluster-selector":           "chooses whose credentials the approver uses",
 	"allow-shared-addresses":          "approves addresses two nodes report",

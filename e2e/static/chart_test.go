@@ -257,6 +257,7 @@ var everyValue = map[string]any{
 		"affinity":       map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}}}}}}},
 		"maxUnavailable": 3, "resources": map[string]any{"limits": map[string]any{"memory": "200Mi"}},
 		"kubeletPKIDir": "/srv/kubelet/pki", "kubeletPreferredAddressTypes": []any{"InternalIP", "ExternalIP"}, "extraArgs": []any{"--heartbeat=2m"},
+		"inventory": "configmap:platform-certs/nodes",
 		"podLabels": map[string]any{"team": "platform"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
 		"expiryWindows": map[string]any{"warning": "336h", "critical": "48h", "caWarning": "2160h"}, "extraEnv": []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
 		"extraVolumes":      []any{map[string]any{"name": "extra-ca", "configMap": map[string]any{"name": "extra-ca"}}},
@@ -421,7 +422,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			t.Errorf("%s: not as set", c.what)
 		}
 	}
-	for _, want := range []string{"--kubelet-pki-dir=/srv/kubelet/pki", "--kubelet-preferred-address-types=InternalIP,ExternalIP", "--condition-type=ServingCertNotProven", "--heartbeat=2m"} {
+	for _, want := range []string{"--kubelet-pki-dir=/srv/kubelet/pki", "--kubelet-preferred-address-types=InternalIP,ExternalIP", "--condition-type=ServingCertNotProven", "--heartbeat=2m", "--inventory=configmap:platform-certs/nodes"} {
 		if !slices.Contains(a.Containers[0].Args, want) {
 			t.Errorf("agent args %q lack %s", a.Containers[0].Args, want)
 		}
@@ -809,5 +810,73 @@ func TestChartNamesFollowTheRelease(t *testing.T) {
 		if !strings.Contains(mustJSON(objs), "system:serviceaccount:certready-system:"+tc.agent+"'") {
 			t.Errorf("release %s %v: the admission policies do not name %s", tc.release, tc.values, tc.agent)
 		}
+	}
+}
+
+// The agents dial by the approver's inventory ConfigMap unless told
+// otherwise, and may read that one ConfigMap, by name, in the release
+// namespace; nothing else widens their Role.
+func TestChartAgentInventory(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		values   map[string]any
+		wantArg  string // "": no --inventory
+		wantRule string // the ConfigMap the agent's Role names; "": no rule
+		wantErr  string
+	}{
+		{name: "defaults: the Node's addresses", values: nil},
+		{name: "the approver's ConfigMap is followed", values: map[string]any{"approver": map[string]any{"inventory": "configmap:certready-system/nodes"}},
+			wantArg: "--inventory=configmap:certready-system/nodes", wantRule: "nodes"},
+		{name: "agent.inventory=node opts out", values: map[string]any{"agent": map[string]any{"inventory": "node"}, "approver": map[string]any{"inventory": "configmap:certready-system/nodes"}}},
+		{name: "a file inventory of the approver is not followed (the agents do not mount it)", values: map[string]any{"approver": map[string]any{"inventory": "file:/etc/inv.yaml"}}},
+		{name: "the agent's own file", values: map[string]any{"agent": map[string]any{"inventory": "file:/etc/inv/nodes.yaml"}}, wantArg: "--inventory=file:/etc/inv/nodes.yaml"},
+		{name: "Cluster API: Machines are not visible to the agents", values: map[string]any{"capi": map[string]any{"enabled": true}, "approver": map[string]any{"inventory": "configmap:certready-system/nodes"}}},
+		{name: "the approver's ConfigMap in another namespace is not followed", values: map[string]any{"approver": map[string]any{"inventory": "configmap:kube-system/nodes"}}},
+		{name: "an agent ConfigMap in another namespace is refused", values: map[string]any{"agent": map[string]any{"inventory": "configmap:kube-system/nodes"}},
+			wantErr: "agent.inventory=configmap:kube-system/nodes: the agents read the inventory ConfigMap in the release namespace certready-system only"},
+		{name: "a bad value is refused by the schema", values: map[string]any{"agent": map[string]any{"inventory": "capi"}}, wantErr: "inventory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := render(t, tc.values)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded := decodeStrict(t, objs)
+			var args []string
+			for _, ds := range find[*appsv1.DaemonSet](decoded) {
+				if ds.Name == "certready-agent" {
+					args = ds.Spec.Template.Spec.Containers[0].Args
+				}
+			}
+			var got []string
+			for _, a := range args {
+				if strings.HasPrefix(a, "--inventory") {
+					got = append(got, a)
+				}
+			}
+			if (tc.wantArg == "" && len(got) > 0) || (tc.wantArg != "" && !slices.Equal(got, []string{tc.wantArg})) {
+				t.Errorf("agent inventory args %q, want %q", got, tc.wantArg)
+			}
+			var rules []string
+			for _, r := range find[*rbacv1.Role](decoded) {
+				for _, rule := range r.Rules {
+					if slices.Contains(rule.Resources, "configmaps") && r.Name == "certready-agent" {
+						if !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+							t.Errorf("agent configmaps verbs %v", rule.Verbs)
+						}
+						rules = append(rules, strings.Join(rule.ResourceNames, ","))
+					}
+				}
+			}
+			if (tc.wantRule == "" && len(rules) > 0) || (tc.wantRule != "" && !slices.Equal(rules, []string{tc.wantRule})) {
+				t.Errorf("agent Role's ConfigMap rules %q, want %q", rules, tc.wantRule)
+			}
+		})
 	}
 }

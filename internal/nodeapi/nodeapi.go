@@ -30,6 +30,9 @@ type API interface {
 	// (the selectors).
 	Nodes(tweak func(*metav1.ListOptions)) cache.ListerWatcher
 	CSRs(tweak func(*metav1.ListOptions)) cache.ListerWatcher
+	// ConfigMaps lists and watches in namespace (the agent's inventory,
+	// selected by name).
+	ConfigMaps(namespace string, tweak func(*metav1.ListOptions)) cache.ListerWatcher
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	ListCSRs(ctx context.Context, opts metav1.ListOptions) (*certv1.CertificateSigningRequestList, error)
 	// PatchNodeStatus applies a strategic-merge patch to nodes/status.
@@ -46,10 +49,11 @@ type API interface {
 }
 
 // Scheme holds the node side's types, and no others of their groups:
-// Nodes and Events of core/v1, CertificateSigningRequests.
+// Nodes, Events and ConfigMaps of core/v1, CertificateSigningRequests.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Node{}, &corev1.NodeList{}, &corev1.Event{}, &corev1.EventList{}, &corev1.Namespace{})
+	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Node{}, &corev1.NodeList{}, &corev1.Event{}, &corev1.EventList{}, &corev1.Namespace{},
+		&corev1.ConfigMap{}, &corev1.ConfigMapList{})
 	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
 	s.AddKnownTypes(certv1.SchemeGroupVersion, &certv1.CertificateSigningRequest{}, &certv1.CertificateSigningRequestList{})
 	metav1.AddToGroupVersion(s, certv1.SchemeGroupVersion)
@@ -93,15 +97,16 @@ func restFor(cfg *rest.Config, gv schema.GroupVersion, path string) (*rest.RESTC
 	return rest.RESTClientFor(c)
 }
 
-// listWatch lists into a fresh list object and watches resource.
-func listWatch(c rest.Interface, resource string, newList func() runtime.Object, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+// listWatch lists into a fresh list object and watches resource (in
+// namespace, when not empty).
+func listWatch(c rest.Interface, namespace, resource string, newList func() runtime.Object, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			if tweak != nil {
 				tweak(&o)
 			}
 			out := newList()
-			err := c.Get().Resource(resource).VersionedParams(&o, parameterCodec).Do(ctx).Into(out)
+			err := c.Get().Namespace(namespace).Resource(resource).VersionedParams(&o, parameterCodec).Do(ctx).Into(out)
 			return out, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
@@ -109,17 +114,21 @@ func listWatch(c rest.Interface, resource string, newList func() runtime.Object,
 				tweak(&o)
 			}
 			o.Watch = true
-			return c.Get().Resource(resource).VersionedParams(&o, parameterCodec).Watch(ctx)
+			return c.Get().Namespace(namespace).Resource(resource).VersionedParams(&o, parameterCodec).Watch(ctx)
 		},
 	}
 }
 
 func (c *Client) Nodes(tweak func(*metav1.ListOptions)) cache.ListerWatcher {
-	return listWatch(c.core, "nodes", func() runtime.Object { return &corev1.NodeList{} }, tweak)
+	return listWatch(c.core, "", "nodes", func() runtime.Object { return &corev1.NodeList{} }, tweak)
 }
 
 func (c *Client) CSRs(tweak func(*metav1.ListOptions)) cache.ListerWatcher {
-	return listWatch(c.certs, "certificatesigningrequests", func() runtime.Object { return &certv1.CertificateSigningRequestList{} }, tweak)
+	return listWatch(c.certs, "", "certificatesigningrequests", func() runtime.Object { return &certv1.CertificateSigningRequestList{} }, tweak)
+}
+
+func (c *Client) ConfigMaps(namespace string, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+	return listWatch(c.core, namespace, "configmaps", func() runtime.Object { return &corev1.ConfigMapList{} }, tweak)
 }
 
 func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {

@@ -38,6 +38,7 @@ import (
 	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/csrmatch"
 	"github.com/certready/certready/reporter/agent/kubeletconfig"
+	"github.com/certready/certready/reporter/agent/nodeinventory"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/agent/probe"
 	"github.com/certready/certready/reporter/agent/renewal"
@@ -102,6 +103,15 @@ type Config struct {
 	// check for serverTLSBootstrap and rotateCertificates ("": not read;
 	// missing or unreadable: not known, never an error).
 	KubeletConfig string
+	// Inventory is a desired-state inventory ("configmap:<ns>/<name>" or
+	// "file:<path>", as the approver's --inventory; "" or "node": none).
+	// The agent dials the address it records for this node and names the
+	// drift of the Node's addresses from it (NodeAddressDrift).
+	Inventory string
+	// InventorySyncWait bounds how long the first check waits for the
+	// inventory ConfigMap's first list (it is evidence, not a
+	// precondition).
+	InventorySyncWait time.Duration
 }
 
 // APIProofTimeout bounds one log request through the API server: above
@@ -143,6 +153,7 @@ func (c Config) Defaults() Config {
 	def(&c.ExpiryCritical, DefaultExpiryCritical)
 	def(&c.CAExpiryWarning, DefaultCAExpiryWarning)
 	def(&c.APIProofInterval, 10*time.Minute)
+	def(&c.InventorySyncWait, 10*time.Second)
 	if c.APIServerProof == "" {
 		c.APIServerProof = apipath.Off
 	}
@@ -225,6 +236,10 @@ type Agent struct {
 	findingAt  time.Time
 	// kubelet is the kubelet configuration last noted.
 	kubelet kubeletconfig.Settings
+	// inventory is --inventory (nil: none); drift is the drift last
+	// recorded as an event.
+	inventory *nodeinventory.Source
+	drift     string
 	// stuck is the renewal's last assessment, since when it has held and
 	// whether it was reported.
 	stuck   stuckRenewal
@@ -266,12 +281,17 @@ func New(cfg Config, client nodeapi.API, reg prometheus.Registerer, ready *https
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	inv, err := nodeinventory.New(cfg.Inventory, cfg.NodeName, client)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
-		cfg:     cfg,
-		client:  client,
-		metrics: newMetrics(reg, cfg),
-		ready:   ready,
-		now:     time.Now,
+		cfg:       cfg,
+		client:    client,
+		metrics:   newMetrics(reg, cfg),
+		ready:     ready,
+		now:       time.Now,
+		inventory: inv,
 	}
 	a.queue = workloop.New(workloop.Config[string]{
 		Name:        "certready-agent",
@@ -316,9 +336,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		informers.Add(1)
 		go func() { defer informers.Done(); inf.RunWithContext(ictx) }()
 	}
+	informers.Add(1)
+	go func() { defer informers.Done(); a.inventory.Run(ictx, func() { a.queue.Add(checkKey) }) }()
 	logger.Info("Waiting for caches", "pkiDir", a.cfg.PKIDir, "conditionType", a.cfg.ConditionType)
 	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced, csrInformer.HasSynced) {
 		return fmt.Errorf("the caches of its Node and its CSRs did not sync: %w", ctx.Err())
+	}
+	// The inventory is evidence, not a precondition: an inventory the
+	// agent may not read (RBAC) must not keep it from checking. It waits
+	// a while for the first list, then checks without it (the message
+	// says so) until it comes.
+	if !a.inventory.HasSynced() {
+		sctx, cancel := context.WithTimeout(ctx, a.cfg.InventorySyncWait)
+		if !cache.WaitForCacheSync(sctx.Done(), a.inventory.HasSynced) {
+			logger.Error(nil, "The inventory was not read in time; checking with the Node's addresses until it is", "inventory", a.inventory.Describe(), "waited", a.cfg.InventorySyncWait)
+		}
+		cancel()
 	}
 
 	go func() {
@@ -444,7 +477,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	now := a.now()
 	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version,
-		RequireAPIPath: a.cfg.APIServerProof == apipath.Required}
+		RequireAPIPath: a.cfg.APIServerProof == apipath.Required, Inventory: a.inventory.Lookup()}
 	if a.cfg.Clock != nil {
 		if r := a.cfg.Clock.Read(); r.Known {
 			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
@@ -492,6 +525,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 
 	a.noteKubeletConfig(ctx, node, in.Kubelet, v)
 	a.noteFinding(ctx, node, in, now)
+	a.noteDrift(ctx, node, in)
 
 	a.setStage("writing the condition")
 	out, err := a.writer.Write(ctx, now, condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message},
@@ -797,6 +831,28 @@ func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in verdict.I
 	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
 		corev1.EventTypeWarning, verdict.FindingAPIServerVerifiesNoKubelet, "%s", msg)
 }
+
+// noteDrift exports whether the Node's addresses drifted from the
+// inventory's record and records each new drift as a Warning Node event
+// NodeAddressDrift (once per distinct drift, in this process).
+func (a *Agent) noteDrift(ctx context.Context, node *corev1.Node, in verdict.Input) {
+	if a.inventory == nil {
+		return
+	}
+	d := verdict.Drift(in)
+	a.metrics.drift.Set(bool01(d != ""))
+	if d == "" || d == a.drift {
+		a.drift = d
+		return
+	}
+	a.drift = d
+	klog.FromContext(ctx).Info("The Node's addresses drifted from the inventory", "drift", d)
+	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		corev1.EventTypeWarning, EventNodeAddressDrift, "%s: the API server dials the Node's addresses, the approver approves what the inventory records; fix the inventory or the node's address", d)
+}
+
+// EventNodeAddressDrift is the Node event of a drift from the inventory.
+const EventNodeAddressDrift = "NodeAddressDrift"
 
 func bool01(b bool) float64 {
 	if b {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1175,5 +1176,99 @@ func TestKubeletConfigAndAnAPIServerThatVerifiesNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Node whose reported InternalIP drifted to where no kubelet listens:
+// with --inventory the agent dials the address the ConfigMap records and
+// names the drift (message, one Node event, the metric); a new document is
+// a new check, and dialling the Node's address then finds nothing.
+func TestTheInventorysAddressIsDialledAndTheDriftNamed(t *testing.T) {
+	inv := func(ip string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "certready-inventory", Namespace: "certready-system"},
+			Data: map[string]string{"inventory.yaml": "nodes: {w1: {ips: [" + ip + "]}}"}}
+	}
+	h := newHarness(t, labelledCSR("csr-1", time.Now()), inv("127.0.0.1"))
+	node, err := h.cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.5"}, {Type: corev1.NodeHostName, Address: "w1"}}
+	if _, err := h.cs.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.ca.Issue(testpki.Serving{Node: "w1", IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("127.0.0.5")}, NotBefore: time.Now().Add(-5 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.issueCSR("csr-1", p)
+	h.install(p)
+	h.kubelet.serve(p)
+	h.run(agent.Config{Inventory: "configmap:certready-system/certready-inventory"})
+
+	c := h.waitFor(verdict.Ready)
+	port := strconv.Itoa(h.kubelet.port)
+	for _, want := range []string{"presented on 127.0.0.1:" + port, "the Node reports 127.0.0.5 (InternalIP), which it does not record", "the agent dials the inventory's 127.0.0.1"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("ready message %q lacks %q", c.Message, want)
+		}
+	}
+	drifts := func() []string {
+		evs, err := h.cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs.Items {
+			if e.Reason == agent.EventNodeAddressDrift && e.Type == corev1.EventTypeWarning {
+				out = append(out, e.Message)
+			}
+		}
+		return out
+	}
+	h.poll("one drift event and the metric at 1", func() bool {
+		return len(drifts()) == 1 && value(t, h.reg, "certready_node_address_drift", nil) == 1
+	})
+	writes := func() (n float64) {
+		for _, m := range testmetrics.Series(t, h.reg, "certready_condition_writes_total", nil) {
+			n += testmetrics.Value(m)
+		}
+		return n
+	}
+	before := writes()
+	h.queueNudge()
+	h.poll("another check written", func() bool { return writes() > before })
+	if value(t, h.reg, "certready_node_address_drift", nil) != 1 {
+		t.Error("the drift metric left 1 while the drift holds")
+	}
+	if d := drifts(); len(d) != 1 {
+		t.Errorf("drift events %q: want one per distinct drift", d)
+	}
+
+	if _, err := h.cs.CoreV1().ConfigMaps("certready-system").Update(context.Background(), inv("127.0.0.5"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c = h.waitFor(verdict.EndpointUnreachable)
+	if !strings.Contains(c.Message, "127.0.0.5:"+port) || strings.Contains(c.Message, "drift") {
+		t.Errorf("after the inventory follows the Node: %q, want 127.0.0.5 dialled and no drift", c.Message)
+	}
+	h.poll("the metric back at 0", func() bool { return value(t, h.reg, "certready_node_address_drift", nil) == 0 })
+}
+
+// An inventory the agent may not read (RBAC) is evidence missing, not a
+// precondition: the agent checks with the Node's addresses and says so.
+func TestAnUnreadableInventoryNeverStopsTheChecks(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.cs.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("configmaps"), "", errors.New("RBAC: access denied"))
+	})
+	h.healthy("csr-1")
+	h.run(agent.Config{Inventory: "configmap:certready-system/certready-inventory", InventorySyncWait: 200 * time.Millisecond})
+	c := h.waitFor(verdict.Ready)
+	if want := "the inventory (ConfigMap certready-system/certready-inventory) cannot be read, so the Node's addresses were used: the agent may not read it: failed to list"; !strings.Contains(c.Message, want) {
+		t.Errorf("ready message %q lacks %q", c.Message, want)
+	}
+	if _, ok := verdict.ParseFacts(c.Message); !ok {
+		t.Errorf("ready message %q: its facts do not parse", c.Message)
 	}
 }

@@ -36,6 +36,7 @@ type metrics struct {
 	unverified     prometheus.Gauge
 	unverifiedAsks *prometheus.CounterVec
 	kubeletConfig  *prometheus.GaugeVec
+	drift          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 			Name: "certready_apiserver_unverified_asks_total",
 			Help: "Log requests through the API server while the kubelet presented a certificate the CA does not verify: proven (the API server verifies no kubelet), cannot-verify (it refused, as it should), cannot-reach, unavailable.",
 		}, []string{"outcome"}),
+		drift: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "certready_node_address_drift",
+			Help: "1 when the Node's IP addresses differ from what the --inventory records for it (the NodeAddressDrift event names how), else 0; no series without --inventory.",
+		}),
 		kubeletConfig: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "certready_kubelet_certificate_rotation",
 			Help: "What the kubelet's configuration file says about certificate rotation: certificate=serving (serverTLSBootstrap) or client (rotateCertificates), 1 on, 0 off; no series while the file is not read.",
@@ -133,6 +138,9 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	reg.MustRegister(m.ready, m.reason, m.notAfter, m.observation, m.checkPassed, m.checkDuration, m.transitions, m.lastSuccess, m.writes, m.events,
 		m.foreign, m.stalled, m.clockSkew, m.rotations, m.caNotAfter, m.renewalStuck, m.clientNotAfter, m.expiryWindow, m.apiProofs,
 		m.unverified, m.unverifiedAsks, m.kubeletConfig)
+	if cfg.Inventory != "" && cfg.Inventory != "node" {
+		reg.MustRegister(m.drift)
+	}
 	for _, o := range verdict.APIPathOutcomes {
 		m.apiProofs.WithLabelValues(string(o))
 	}

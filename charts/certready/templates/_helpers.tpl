@@ -67,6 +67,30 @@ app.kubernetes.io/component: {{ . }}
 {{- default (printf "%s-approver" (include "certready.fullname" .)) .Values.approver.serviceAccount.name -}}
 {{- end -}}
 
+{{/*
+The agent's --inventory: agent.inventory; "" follows the approver's
+inventory when it is a ConfigMap in the release namespace (the agent dials
+what the approver approves; its Role is there); "node": none. An explicit
+ConfigMap elsewhere is refused.
+*/}}
+{{- define "certready.agentInventory" -}}
+{{- $ns := include "certready.namespace" . -}}
+{{- $inv := .Values.agent.inventory -}}
+{{- $approver := .Values.approver.inventory | default "" -}}
+{{- if and (eq $inv "") (not .Values.capi.enabled) (hasPrefix (printf "configmap:%s/" $ns) $approver) -}}
+{{- $inv = $approver -}}
+{{- end -}}
+{{- if and $inv (ne $inv "node") -}}
+{{- if hasPrefix "configmap:" $inv -}}
+{{- $ref := splitList "/" (trimPrefix "configmap:" $inv) -}}
+{{- if or (ne (len $ref) 2) (ne (index $ref 0) $ns) -}}
+{{- fail (printf "agent.inventory=%s: the agents read the inventory ConfigMap in the release namespace %s only (their Role is there): move it, or set agent.inventory=node" $inv $ns) -}}
+{{- end -}}
+{{- end -}}
+{{- $inv -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The startup taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
 {{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
 {{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}

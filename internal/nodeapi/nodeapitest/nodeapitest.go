@@ -54,6 +54,17 @@ func (a adapter) CSRs(tweak func(*metav1.ListOptions)) cache.ListerWatcher {
 	}, a.cs)
 }
 
+func (a adapter) ConfigMaps(namespace string, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return a.cs.CoreV1().ConfigMaps(namespace).List(ctx, tweaked(tweak, o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return a.cs.CoreV1().ConfigMaps(namespace).Watch(ctx, tweaked(tweak, o))
+		},
+	}, a.cs)
+}
+
 func (a adapter) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	return a.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }

@@ -294,17 +294,22 @@ func KubeletPort(flag int, node *corev1.Node) int {
 }
 
 // EndpointTarget says where the kubelet port of in.Node is dialled and which
-// name its certificate must carry: the first InternalIP is dialled (else the
-// API server's address, else the node name), and the certificate is
-// verified for the address the API server dials (in.Node.Dial). Without
-// one: the InternalIP, or the node name for a DNS-only certificate.
+// name its certificate must carry: the address the inventory records for
+// the node (in.Inventory.DialIP), else the first InternalIP (else the API
+// server's address, else the node name), and the certificate is verified
+// for the address the API server dials (in.Node.Dial). Without one: the
+// dialled IP, or the node name for a DNS-only certificate.
 func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
 	host, name := in.Node.Name, in.Node.Name
 	if in.Node.Dial != "" {
 		host = in.Node.Dial
 	}
-	if len(in.Node.InternalIPs) > 0 {
-		host = in.Node.InternalIPs[0].String()
+	dialIP, ok := in.Inventory.DialIP(in.Node)
+	if !ok && len(in.Node.InternalIPs) > 0 {
+		dialIP, ok = in.Node.InternalIPs[0], true
+	}
+	if ok {
+		host = dialIP.String()
 		if in.File.Leaf != nil && len(in.File.Leaf.IPAddresses) > 0 {
 			name = host
 		}
@@ -340,10 +345,12 @@ func ParseAddressTypes(s string) ([]corev1.NodeAddressType, error) {
 func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
 	info := verdict.Node{Name: n.Name}
 	for _, addr := range n.Status.Addresses {
-		if addr.Type != corev1.NodeInternalIP {
+		ip, err := netip.ParseAddr(addr.Address)
+		if err != nil || ip.Zone() != "" {
 			continue
 		}
-		if ip, err := netip.ParseAddr(addr.Address); err == nil {
+		info.Reported = append(info.Reported, verdict.ReportedAddress{Type: string(addr.Type), IP: ip.Unmap()})
+		if addr.Type == corev1.NodeInternalIP {
 			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
 		}
 	}

@@ -105,6 +105,9 @@ type Input struct {
 	// kubelet: a finding about the cluster (APIServerVerifiesNoKubelet),
 	// never a ready verdict.
 	Unverified *APIPath
+	// Inventory is what a desired-state inventory records for this node
+	// (nil: none configured).
+	Inventory *Inventory
 	// ClientNotAfter is the expiry of the kubelet's client certificate
 	// (<pki-dir>/kubelet-client-current.pem), zero when it could not be
 	// read. It is stated in a Ready message's facts and judges nothing.
@@ -141,6 +144,9 @@ type Node struct {
 	Dial string
 	// DialType names Dial's address type, for messages.
 	DialType string
+	// Reported are the IP addresses in the Node's status.addresses, with
+	// their types, to compare with an inventory (Drift).
+	Reported []ReportedAddress
 }
 
 // CSREvidence is what the CSRs say, plus the proofs that survive the
@@ -208,6 +214,9 @@ func Evaluate(in Input) Verdict {
 			fileMissing: v.fileMissing, transient: v.Transient(),
 			Message: fmt.Sprintf("serverTLSBootstrap is not true in the kubelet's configuration %s: the kubelet never requests a serving certificate and serves a self-signed one, which an API server that verifies kubelets refuses; set serverTLSBootstrap: true there and restart the kubelet (seen: %s)",
 				k.Path, v.Message)}
+	}
+	if !v.Ready() {
+		v.Message += inventoryNotes(in)
 	}
 	if APIServerVerifiesNoKubelet(in) {
 		v.Message += "; yet the API server read this pod's log over that kubelet connection: it verifies no kubelet certificate (set kube-apiserver --kubelet-certificate-authority)"
@@ -489,7 +498,7 @@ func (e *evaluation) endpoint() Verdict {
 				Status: corev1.ConditionFalse,
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
-					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) +
+					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in) +
 					Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
 						CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent}.String(),
 				Results: e.results,

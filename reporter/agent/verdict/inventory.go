@@ -1,0 +1,137 @@
+package verdict
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Inventory is what a desired-state inventory (--inventory: a ConfigMap or
+// a file the node cannot write) records for the node. The agent dials the
+// address it records, and the verdict names the drift of the Node's own
+// addresses from it; it decides no status.
+type Inventory struct {
+	// Source names it in messages ("ConfigMap certready-system/inventory").
+	Source string
+	// Err: it could not be read (absent, unparsable); the Node's
+	// addresses are used, and the message says so.
+	Err error
+	// Listed: it has an entry for this node (IPs and DNSNames).
+	Listed   bool
+	IPs      []netip.Addr
+	DNSNames []string
+}
+
+// ReportedAddress is one IP address in the Node's status.addresses.
+type ReportedAddress struct {
+	Type string // InternalIP, ExternalIP, ...
+	IP   netip.Addr
+}
+
+// DialIP is the inventory's address the agent dials: its first IP of the
+// family of the Node's first InternalIP (its first IP when the Node reports
+// none of that family); ok is false without a listed IP.
+func (inv *Inventory) DialIP(n Node) (netip.Addr, bool) {
+	if inv == nil || inv.Err != nil || !inv.Listed || len(inv.IPs) == 0 {
+		return netip.Addr{}, false
+	}
+	if len(n.InternalIPs) > 0 {
+		for _, ip := range inv.IPs {
+			if ip.Unmap().Is4() == n.InternalIPs[0].Unmap().Is4() {
+				return ip.Unmap(), true
+			}
+		}
+	}
+	return inv.IPs[0].Unmap(), true
+}
+
+// driftListMax bounds each list a drift names: an inventory or a Node
+// with many addresses must not grow the condition past what a status patch
+// carries.
+const driftListMax = 4
+
+// Drift says how the Node's reported IP addresses differ from what the
+// inventory records for it, for the condition message, or "" when they
+// agree or there is nothing to compare (no inventory, not listed, not
+// readable: InventoryNote says so). Each address is named once, at most
+// driftListMax of each kind.
+func Drift(in Input) string {
+	inv := in.Inventory
+	if inv == nil || inv.Err != nil || !inv.Listed {
+		return ""
+	}
+	recorded := map[netip.Addr]bool{}
+	for _, r := range inv.IPs {
+		recorded[r.Unmap()] = true
+	}
+	reported := map[netip.Addr]bool{}
+	var extra []string
+	for _, a := range in.Node.Reported {
+		ip := a.IP.Unmap()
+		if reported[ip] {
+			continue
+		}
+		reported[ip] = true
+		if !recorded[ip] {
+			extra = append(extra, fmt.Sprintf("%s (%s)", ip, a.Type))
+		}
+	}
+	var missing []string
+	seen := map[netip.Addr]bool{}
+	for _, r := range inv.IPs {
+		ip := r.Unmap()
+		if !reported[ip] && !seen[ip] {
+			missing = append(missing, ip.String())
+		}
+		seen[ip] = true
+	}
+	var parts []string
+	if len(extra) > 0 {
+		parts = append(parts, fmt.Sprintf("the Node reports %s, which it does not record", bounded(extra)))
+	}
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("it records %s, which the Node does not report", bounded(missing)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	msg := "the Node's addresses drifted from the inventory (" + inv.Source + "): " + strings.Join(parts, "; ")
+	if ip, ok := inv.DialIP(in.Node); ok {
+		msg += fmt.Sprintf("; the agent dials the inventory's %s", ip)
+	}
+	return msg
+}
+
+// bounded joins at most driftListMax items, naming how many it left out.
+func bounded(items []string) string {
+	if len(items) <= driftListMax {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:driftListMax], ", "), len(items)-driftListMax)
+}
+
+// InventoryNote is what a message says of an inventory that could not be
+// used for this node, or "".
+func InventoryNote(in Input) string {
+	inv := in.Inventory
+	switch {
+	case inv == nil:
+		return ""
+	case inv.Err != nil:
+		return fmt.Sprintf("the inventory (%s) cannot be read, so the Node's addresses were used: %v", inv.Source, inv.Err)
+	case !inv.Listed:
+		return fmt.Sprintf("the inventory (%s) does not list this node, so the Node's addresses were used", inv.Source)
+	}
+	return ""
+}
+
+// inventoryNotes is "; " and what Drift and InventoryNote say, or "".
+func inventoryNotes(in Input) string {
+	var out string
+	for _, n := range []string{Drift(in), InventoryNote(in)} {
+		if n != "" {
+			out += "; " + n
+		}
+	}
+	return out
+}
