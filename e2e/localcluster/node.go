@@ -2,9 +2,12 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -135,6 +138,7 @@ func (c *Cluster) startKubelet(n *Node) error {
 	}
 	args = append(args,
 		"--pod-ips", strings.Join(podIPs, ","),
+		"--kubelet-flags-file", filepath.Join(root, "kubeadm-flags.env"),
 		"--", c.bin("kubelet"),
 		"--config="+filepath.Join(n.Dir, "config.yaml"),
 		"--kubeconfig="+filepath.Join(root, "kubeconfig"),
@@ -256,6 +260,53 @@ func (c *Cluster) RestartKubelet(name string) error {
 		return fmt.Errorf("node %s is not running; see %s", name, c.logPath("node-"+name))
 	}
 	return n.proc.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// MoveNodeIP renumbers node name as a host whose address changed while its
+// kubelet keeps listening where it did and keeps its certificate: newIP is
+// added to the namespace, the kubelet restarts with --node-ip=newIP (in
+// kubeadm-flags.env, where kubeadm puts it) and so reports it as its
+// InternalIP, and the API server's connections to newIP's kubelet port
+// reach the kubelet (a DNAT for the API server's group alone: every other
+// process finds nothing listening there). undo reverts the network and
+// the flags file (the kubelet keeps reporting newIP until restarted).
+func (c *Cluster) MoveNodeIP(name, newIP string) (undo func() error, err error) {
+	n := c.Node(name)
+	if n == nil {
+		return nil, fmt.Errorf("no node %s in the local cluster", name)
+	}
+	// One address (/32, /128): no route of its own that could shadow
+	// another range of the namespace.
+	host := newIP + "/32"
+	if strings.Contains(newIP, ":") {
+		host = newIP + "/128"
+	}
+	if err := c.ns.exec("ip", "addr", "add", host, "dev", linkName); err != nil {
+		return nil, err
+	}
+	dnat := func(op string) error {
+		return c.ns.exec("iptables", "-t", "nat", op, "OUTPUT", "-m", "owner", "--gid-owner", strconv.Itoa(APIServerGID),
+			"-d", newIP, "-p", "tcp", "--dport", "10250", "-j", "DNAT", "--to-destination", net.JoinHostPort(n.IP, "10250"))
+	}
+	flags := filepath.Join(filepath.Dir(n.Dir), "kubeadm-flags.env")
+	undo = func() error {
+		rm := os.Remove(flags)
+		if errors.Is(rm, os.ErrNotExist) {
+			rm = nil
+		}
+		return errors.Join(dnat("-D"), c.ns.exec("ip", "addr", "del", host, "dev", linkName), rm)
+	}
+	if err := dnat("-A"); err != nil {
+		return nil, errors.Join(err, c.ns.exec("ip", "addr", "del", host, "dev", linkName))
+	}
+	if err := os.WriteFile(flags, []byte(`KUBELET_KUBEADM_ARGS="--node-ip=`+newIP+`"`+"\n"), 0o644); err != nil {
+		return nil, errors.Join(err, undo())
+	}
+	c.logf("node %s: kubelet restarting with --node-ip=%s (listening on %s)", name, newIP, n.IP)
+	if err := c.RestartKubelet(name); err != nil {
+		return nil, errors.Join(err, undo())
+	}
+	return undo, nil
 }
 
 // Workers lists the worker nodes.

@@ -66,11 +66,30 @@ func approverWith(t *testing.T, ctx context.Context, args ...string) {
 // for it.
 func patchApprover(t *testing.T, ctx context.Context, args ...string) {
 	t.Helper()
+	patchArgs(t, ctx, "deployment", "certready-approver", args)
+}
+
+// agentWith adds args to the agents' container and waits until every
+// agent runs with them; the test's end applies the standalone overlay again
+// and waits for the agents.
+func agentWith(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
+	patchArgs(t, ctx, "daemonset", "certready-agent", args)
+	if err := deploy.WaitRollout(ctx, cluster, t.Logf); err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+}
+
+// patchArgs appends args to the first container of the workload kind/name;
+// the test's end applies the standalone overlay again and waits for the
+// rollout.
+func patchArgs(t *testing.T, ctx context.Context, kind, name string, args []string) {
+	t.Helper()
 	ops := make([]string, 0, len(args))
 	for _, a := range args {
 		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":%q}`, a))
 	}
-	if out, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", "deployment", "certready-approver", "--type=json", "-p", "["+strings.Join(ops, ",")+"]"); err != nil {
+	if out, err := cluster.Kubectl(ctx, "-n", deploy.Namespace, "patch", kind, name, "--type=json", "-p", "["+strings.Join(ops, ",")+"]"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Cleanup(func() {

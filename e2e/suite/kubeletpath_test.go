@@ -2,16 +2,23 @@ package suite
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/e2e/provider"
+	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/verdict"
 )
 
@@ -34,16 +41,7 @@ func TestKubeletWithoutServingBootstrapAndAnAPIServerThatVerifiesNothing(t *test
 	for _, w := range cluster.Workers() {
 		waitCondition(t, ctx, w.Name, 3*time.Minute, "every worker ready before the test", readyAndUntainted)
 	}
-	if _, err := local.C.AddNodeWith(ctx, name, false, localcluster.NodeOptions{ServingBootstrapOff: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := local.C.RemoveNode(cctx, name); err != nil {
-			t.Errorf("removing node %s: %v", name, err)
-		}
-	})
+	joinLocalNode(t, ctx, local, name, localcluster.NodeOptions{ServingBootstrapOff: true})
 	n := waitCondition(t, ctx, name, 2*time.Minute, "the agent to name serverTLSBootstrap", hasReason("KubeletServingBootstrapOff", corev1.ConditionTrue))
 	if c := certCondition(n); !strings.Contains(c.Message, "/var/lib/kubelet/config.yaml") || !deploy.HasStartupTaint(n) {
 		t.Errorf("condition %q, taints %v: want the configuration file named and the node tainted", c.Message, n.Spec.Taints)
@@ -141,20 +139,13 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 		ip = n.IP
 		return local.C.BlockAPIServerToKubelet(n.IP, true)
 	}
-	if _, err := local.C.AddNodeWith(ctx, name, false, localcluster.NodeOptions{BeforeKubelet: block}); err != nil {
-		t.Fatal(err)
-	}
+	joinLocalNode(t, ctx, local, name, localcluster.NodeOptions{BeforeKubelet: block})
 	blocked := true
 	t.Cleanup(func() {
 		if blocked {
 			if err := local.C.BlockAPIServerToKubelet(ip, false); err != nil {
 				t.Errorf("removing the firewall rule: %v", err)
 			}
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := local.C.RemoveNode(cctx, name); err != nil {
-			t.Errorf("removing node %s: %v", name, err)
 		}
 	})
 	var n *corev1.Node
@@ -210,4 +201,187 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 		t.Errorf("ReadinessTaintLifted %q: want it lifted by certready relying on certificate %s", lifted, facts.Fingerprint)
 	}
 	t.Logf("%s: %s", name, lifted)
+}
+
+// joinLocalNode adds a worker to the local cluster, configured by opts, and
+// removes it when the test ends, after the cleanups the test registers
+// later (its firewall rules, its addresses).
+func joinLocalNode(t *testing.T, ctx context.Context, local provider.Local, name string, opts localcluster.NodeOptions) *localcluster.Node {
+	t.Helper()
+	n, err := local.C.AddNodeWith(ctx, name, false, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := local.C.RemoveNode(cctx, name); err != nil {
+			t.Errorf("removing node %s: %v", name, err)
+		}
+	})
+	return n
+}
+
+// A host renumbered under its kubelet: the Node now reports an address the
+// serving certificate lacks, and the approver leaves the kubelet's new
+// request pending (the address is not one the node first reported). The
+// API server dials that address (--kubelet-preferred-address-types picks
+// the InternalIP), so kubectl logs fails with an x509 name error there.
+// The agent, given the inventory ConfigMap, dials the address the
+// inventory records and names both: the certificate lacks the address the
+// API server dials, and the Node's addresses drifted from the inventory.
+func TestRenumberedNodeIsNamedAgainstTheInventory(t *testing.T) {
+	local, ok := cluster.(provider.Local)
+	if !ok {
+		t.Skip("needs the local cluster: a kubelet restarted with another --node-ip")
+	}
+	ctx := ctxT(t, 8*time.Minute)
+	deployed(t)
+	// The new address lies in the Service range, which the approver never
+	// signs, so the kubelet's request for it stays pending whatever else
+	// the policy has learnt (in a full run, earlier scenarios teach it
+	// networks).
+	const name, moved, inventoryCM = "renumbered", "10.0.0.77", "certready-inventory"
+	src := "ConfigMap " + deploy.Namespace + "/" + inventoryCM
+	cms := cluster.Clientset().CoreV1().ConfigMaps(deploy.Namespace)
+	// What an operator adds for the agents: the inventory, read access to
+	// that one ConfigMap, and --inventory.
+	rbac := cluster.Clientset().RbacV1()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "certready-agent-inventory", Namespace: deploy.Namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{inventoryCM}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: role.ObjectMeta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "certready-agent", Namespace: deploy.Namespace}}}
+	if _, err := rbac.Roles(deploy.Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(deploy.Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, err := range []error{
+			rbac.RoleBindings(deploy.Namespace).Delete(cctx, binding.Name, metav1.DeleteOptions{}),
+			rbac.Roles(deploy.Namespace).Delete(cctx, role.Name, metav1.DeleteOptions{}),
+			cms.Delete(cctx, inventoryCM, metav1.DeleteOptions{}),
+		} {
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("cleaning up the inventory: %v", err)
+			}
+		}
+	})
+	var ip string
+	record := func(n *localcluster.Node) error {
+		ip = n.IP
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: inventoryCM},
+			Data: map[string]string{"inventory.yaml": fmt.Sprintf("nodes:\n  %s:\n    ips: [%q]\n", name, n.IP)}}, metav1.CreateOptions{})
+		return err
+	}
+	agentWith(t, ctx, "--inventory=configmap:"+deploy.Namespace+"/"+inventoryCM)
+	joinLocalNode(t, ctx, local, name, localcluster.NodeOptions{BeforeKubelet: record})
+	n := waitCondition(t, ctx, name, 3*time.Minute, "proven and untainted at the inventory's address", readyAndUntainted)
+	if c := certCondition(n); !strings.Contains(c.Message, "presented on "+ip+":10250") || strings.Contains(c.Message, "drift") {
+		t.Errorf("ready condition %q: want the kubelet proven at %s:10250 and no drift", c.Message, ip)
+	}
+
+	movedAt := time.Now().Add(-time.Second).Truncate(time.Second)
+	undo, err := local.C.MoveNodeIP(name, moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := undo(); err != nil {
+			t.Errorf("undoing the renumbering: %v", err)
+		}
+	})
+	n = waitCondition(t, ctx, name, 3*time.Minute, "the certificate named as lacking the address the API server dials",
+		hasReason("CertificateIdentityMismatch", corev1.ConditionTrue))
+	c := certCondition(n)
+	for _, want := range []string{moved, "drifted from the inventory (" + src + ")", "the Node reports " + moved + " (InternalIP), which it does not record",
+		"it records " + ip + ", which the Node does not report", "the agent dials the inventory's " + ip} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("condition message %q lacks %q", c.Message, want)
+		}
+	}
+	t.Logf("%s: %s", name, c.Message)
+	pods, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+	})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("agent pod on %s: %v", name, err)
+	}
+	// The API server dials the moved address, where the kubelet answers
+	// with a certificate for the old one.
+	var out string
+	err = localcluster.Poll(ctx, 2*time.Minute, "kubectl logs to fail on the address the certificate lacks", func() (bool, error) {
+		out, err = cluster.Kubectl(ctx, "logs", "-n", deploy.Namespace, pods.Items[0].Name, "--limit-bytes=1")
+		return err != nil && strings.Contains(out, "x509") && strings.Contains(out, moved), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last: %q", err, out)
+	}
+	t.Logf("kubectl logs: %s", strings.TrimSpace(out))
+	// The kubelet asked for a certificate for its new address; the
+	// approver leaves it pending with its rule.
+	var pending, rule string
+	err = localcluster.Poll(ctx, 2*time.Minute, "the renumbered kubelet's new request left pending with its rule", func() (bool, error) {
+		csrs, err := cluster.Clientset().CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range csrs.Items {
+			if c.Spec.Username != names.NodeUser(name) || c.CreationTimestamp.Time.Before(movedAt) || !requestsIP(c, moved) {
+				continue
+			}
+			if csrCondition(&c, certv1.CertificateApproved) != nil {
+				return false, fmt.Errorf("%s, the request for the new address, was approved", c.Name)
+			}
+			evs, err := cluster.Clientset().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + c.Name + ",type=Warning"})
+			if err == nil && len(evs.Items) > 0 {
+				pending, rule = c.Name, evs.Items[0].Reason+": "+evs.Items[0].Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, podsAndEvents(ctx))
+	}
+	t.Logf("%s pending: %s", pending, rule)
+	err = localcluster.Poll(ctx, time.Minute, "a Warning NodeAddressDrift naming "+moved, func() (bool, error) {
+		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + name + ",reason=NodeAddressDrift,type=Warning",
+		})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, moved) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// requestsIP reports whether CSR c asks for ip among its IP SANs.
+func requestsIP(c certv1.CertificateSigningRequest, ip string) bool {
+	block, _ := pem.Decode(c.Spec.Request)
+	if block == nil {
+		return false
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return false
+	}
+	for _, got := range req.IPAddresses {
+		if got.String() == ip {
+			return true
+		}
+	}
+	return false
 }

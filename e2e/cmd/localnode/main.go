@@ -13,11 +13,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +60,7 @@ func node(args []string) error {
 	images := fs.StringArray("image", nil, "PREFIX=BINARY[=PATH]: images whose containers run BINARY, found at PATH in the image (default "+criruntime.DefaultPath+")")
 	imageFiles := fs.StringArray("image-file", nil, "PREFIX=HOSTFILE=PATH: another file of those images, at PATH")
 	podIPs := fs.StringSlice("pod-ips", nil, "addresses for this node's pods (added to the namespace's link on use)")
+	flagsFile := fs.String("kubelet-flags-file", "", "read at each kubelet start, as kubeadm's kubeadm-flags.env: KUBELET_KUBEADM_ARGS=\"--flag=value ...\", appended to the kubelet's arguments (later flags win)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,7 +133,11 @@ func node(args []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for {
-		k, err := startKubelet(kubelet)
+		extra, err := kubeletFlags(*flagsFile)
+		if err != nil {
+			return err
+		}
+		k, err := startKubelet(append(slices.Clip(kubelet), extra...))
 		if err != nil {
 			return err
 		}
@@ -149,6 +157,26 @@ func node(args []string) error {
 type kubeletProc struct {
 	cmd    *exec.Cmd
 	exited chan error
+}
+
+// kubeletFlags reads the flags of a kubeadm-flags.env file at path ("" or
+// missing: none).
+func kubeletFlags(path string) ([]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "KUBELET_KUBEADM_ARGS=")
+	if !ok {
+		return nil, fmt.Errorf("%s: want KUBELET_KUBEADM_ARGS=\"...\"", path)
+	}
+	return strings.Fields(strings.Trim(v, `"`)), nil
 }
 
 func startKubelet(argv []string) (*kubeletProc, error) {
