@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,28 +39,9 @@ const (
 // grantAgentRole creates the agent ClusterRole from the shipped manifest
 // and binds it to the bench agent's user.
 func grantAgentRole(ctx context.Context, c *localcluster.Cluster, manifests string) error {
-	path := filepath.Join(manifests, "base", "agent-rbac.yaml")
-	data, err := os.ReadFile(path)
+	role, err := agentRBAC[rbacv1.ClusterRole](manifests, "ClusterRole")
 	if err != nil {
-		return fmt.Errorf("reading the agent's RBAC (--manifests names the repository's manifests folder): %w", err)
-	}
-	var role *rbacv1.ClusterRole
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := docs.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
-		}
-		var r rbacv1.ClusterRole
-		if err := yaml.Unmarshal(doc, &r); err == nil && r.Kind == "ClusterRole" {
-			role = &r
-		}
-	}
-	if role == nil {
-		return fmt.Errorf("%s holds no ClusterRole", path)
+		return err
 	}
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
@@ -170,4 +152,65 @@ func pointAt(path, addr string) error {
 		cl.Server = "https://" + addr
 	}
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// grantAgentLogProof gives the bench agent what --apiserver-proof needs,
+// as the shipped manifests do: the Role certready-agent (get on pods/log
+// in certready's namespace) bound to its user, and a pod of its own there,
+// bound to the simulated node (never run: the API server only needs its
+// node and container to dial the kubelet for its log).
+func grantAgentLogProof(ctx context.Context, c *localcluster.Cluster, manifests string) error {
+	role, err := agentRBAC[rbacv1.Role](manifests, "Role")
+	if err != nil {
+		return err
+	}
+	role.Namespace = approverNS
+	if _, err := c.Client.RbacV1().Roles(approverNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Role %s: %w", role.Name, err)
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(approverNS).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: agentFlow, Namespace: approverNS},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agentUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("binding Role %s: %w", role.Name, err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: benchPod, Namespace: approverNS},
+		Spec: corev1.PodSpec{NodeName: simNode, Containers: []corev1.Container{{Name: "agent", Image: "certready"}},
+			// Never evicted from a node whose kubelet never reports.
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}
+	if _, err := c.Client.CoreV1().Pods(approverNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating pod %s: %w", benchPod, err)
+	}
+	return nil
+}
+
+// agentRBAC reads the object of kind from the shipped agent RBAC
+// (base/agent-rbac.yaml under manifests): the bench grants its agent what
+// the manifests grant, no more.
+func agentRBAC[T any](manifests, kind string) (*T, error) {
+	path := filepath.Join(manifests, "base", "agent-rbac.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent's RBAC (--manifests names the repository's manifests folder): %w", err)
+	}
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s holds no %s", path, kind)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind != kind {
+			continue
+		}
+		var obj T
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			return nil, fmt.Errorf("reading the %s in %s: %w", kind, path, err)
+		}
+		return &obj, nil
+	}
 }

@@ -6,7 +6,10 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -48,7 +51,16 @@ type bench struct {
 	// simulated fleet the API load grows, one size after the other.
 	stormRuns  atomic.Int64
 	fleetNodes []string
+	// logReads counts the API server's log requests to the simulated
+	// kubelet: each one a connection the agent's proof of the API
+	// server's path costs the kubelet.
+	logReads atomic.Int64
 }
+
+// benchPod is the agent's pod as the API server knows it (bound to the
+// simulated node, never run): the agent proves the API server's path by
+// reading its log.
+const benchPod = "certready-agent-bench"
 
 // The approver's ServiceAccount, as the shipped manifests name it.
 const (
@@ -109,12 +121,15 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 	if err := b.issueKubeletCerts(ctx); err != nil {
 		return nil, err
 	}
+	if err := grantAgentLogProof(ctx, b.c, manifests); err != nil {
+		return nil, err
+	}
 	b.agent, err = c.StartInNS("bench-agent", bins.CertreadyNode, "agent", "--kubeconfig="+agentKC, "--node-name="+simNode,
 		"--kubelet-pki-dir="+b.pki, "--ca-file="+ca, "--metrics-addr=127.0.0.1:9721", "--health-addr=127.0.0.1:9722", "--metrics-secure=false",
-		// The simulated node has no kubelet that serves logs (nor a pod of
-		// the agent's): the API server's path cannot be asked here. Its cost
-		// is one log request per node per --apiserver-proof-interval (README).
-		"--apiserver-proof=off")
+		// The API server's path is proven as in a cluster: the simulated
+		// kubelet serves the log of the agent's pod (bound to it, never run).
+		"--apiserver-proof=required", "--pod-name="+benchPod, "--pod-namespace="+approverNS, "--container-name=agent",
+		"--apiserver-proof-interval="+proofInterval.String())
 	if err != nil {
 		return nil, err
 	}
@@ -189,24 +204,21 @@ func (b *bench) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go func() {
-		cfg := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	// Its port serves what a kubelet serves the API server for a log
+	// request (one byte); the agent's own probe is a bare handshake.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/containerLogs/", func(w http.ResponseWriter, _ *http.Request) {
+		b.logReads.Add(1)
+		_, _ = io.WriteString(w, "x")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+		TLSConfig: &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if c := b.serving.Load(); c != nil {
 				return c, nil
 			}
 			return nil, fmt.Errorf("no serving certificate available for the kubelet")
-		}}
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				_ = tls.Server(conn, cfg).Handshake()
-			}()
-		}
-	}()
+		}}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	return nil
 }
 

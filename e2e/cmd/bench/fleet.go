@@ -23,7 +23,21 @@ type loadResult struct {
 	// ClusterNodeWritesPerMin is what an agent watching every node would
 	// receive: the fleet's node status writes.
 	ClusterNodeWritesPerMin float64 `json:"clusterNodeWritesPerMin"`
+	// LogReadsPerMin are the API server's log requests to the kubelet
+	// (the agent's proof of its path, at --proof-interval): each one
+	// connection from the API server to the kubelet. ProofsPerHour is
+	// that rate at the shipped 10-minute interval, per node.
+	LogReadsPerMin float64       `json:"kubeletLogReadsPerMin"`
+	ProofInterval  time.Duration `json:"proofInterval"`
+	ProofsPerHour  float64       `json:"proofsPerNodePerHourAtTheShippedInterval"`
 }
+
+// shippedProofInterval is the agent's --apiserver-proof-interval default.
+const shippedProofInterval = 10 * time.Minute
+
+// proofInterval is the bench agent's --apiserver-proof-interval: shorter
+// than the shipped one, so that a window sees several proofs.
+var proofInterval = time.Minute
 
 // load grows the simulated fleet to n nodes (each with its own labelled,
 // issued-looking CSR and a heartbeat every 10 s, as kubelets write) and
@@ -74,7 +88,7 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		return loadResult{}, err
 	}
 	from := time.Now()
-	writes0, bytes0 := writes.Load(), b.relay.received.Load()
+	writes0, bytes0, logs0 := writes.Load(), b.relay.received.Load(), b.logReads.Load()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
@@ -83,7 +97,7 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 		return loadResult{}, ctx.Err()
 	}
 	to := time.Now()
-	fleetWrites, received := writes.Load()-writes0, b.relay.received.Load()-bytes0
+	fleetWrites, received, logs := writes.Load()-writes0, b.relay.received.Load()-bytes0, b.logReads.Load()-logs0
 	req1, err := dispatched(ctx, b.c)
 	if err != nil {
 		stop()
@@ -102,7 +116,9 @@ func (b *bench) load(ctx context.Context, n int, window time.Duration) (loadResu
 	}
 	perMin := window.Minutes()
 	res := loadResult{Nodes: n, Window: window, RequestsPerMin: (req1 - req0) / perMin, WatchEventsPerMin: (events1 - events0) / perMin,
-		ByVerb: byVerb, BytesPerMin: float64(received) / perMin, ClusterNodeWritesPerMin: float64(fleetWrites) / perMin}
-	b.logf("API load at %d nodes: %.1f requests/min, %.1f watch events/min, %.0f bytes/min", n, res.RequestsPerMin, res.WatchEventsPerMin, res.BytesPerMin)
+		ByVerb: byVerb, BytesPerMin: float64(received) / perMin, ClusterNodeWritesPerMin: float64(fleetWrites) / perMin,
+		LogReadsPerMin: float64(logs) / perMin, ProofInterval: proofInterval}
+	res.ProofsPerHour = res.LogReadsPerMin * 60 * proofInterval.Seconds() / shippedProofInterval.Seconds()
+	b.logf("API load at %d nodes: %.1f requests/min, %.1f watch events/min, %.0f bytes/min, %.1f kubelet log reads/min", n, res.RequestsPerMin, res.WatchEventsPerMin, res.BytesPerMin, res.LogReadsPerMin)
 	return res, nil
 }

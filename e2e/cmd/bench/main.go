@@ -68,6 +68,7 @@ func main() {
 	pflag.IntVar(&p.transitions, "transitions", 50, "readiness transitions to measure (0: skip)")
 	pflag.DurationVar(&p.window, "load-window", time.Minute, "steady-state window per fleet size")
 	pflag.DurationVar(&p.idle, "idle-window", 30*time.Second, "idle window for the footprint")
+	pflag.DurationVar(&proofInterval, "proof-interval", proofInterval, "the agent's --apiserver-proof-interval here (the API load reports its rate and projects it to the shipped 10m)")
 	pflag.StringVar(&p.out, "out", "../bench-results", "folder for the JSON results")
 	pflag.StringVar(&p.manifests, "manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
 	pflag.IntVar(&p.flood.n, "flood", 200, "large-request flood: this many pending CSRs of --flood-bytes (0: skip)")
@@ -300,9 +301,14 @@ func print(r results) {
 	for _, s := range r.Storms {
 		fmt.Fprintf(w, "  %s %d: requests on CSRs by verb and subresource\t%v\n", s.Approach, s.N, s.Requests)
 	}
-	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tKiB received/min\tcluster node writes/min\trequests by verb (audit)")
+	fmt.Fprintln(w, "\n== 3. API load of one agent\tnodes\trequests/min\twatch events/min\tKiB received/min\tcluster node writes/min\tAPI server -> kubelet log reads/min (proof interval)\tproofs/node/hour at 10m\trequests by verb (audit)")
 	for _, l := range r.Load {
-		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.BytesPerMin/1024, l.ClusterNodeWritesPerMin, l.ByVerb)
+		fmt.Fprintf(w, "steady state, %s window\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f (%s)\t%.1f\t%v\n", l.Window, l.Nodes, l.RequestsPerMin, l.WatchEventsPerMin, l.BytesPerMin/1024, l.ClusterNodeWritesPerMin,
+			l.LogReadsPerMin, l.ProofInterval, l.ProofsPerHour, l.ByVerb)
+	}
+	if n := len(r.Load); n > 0 {
+		l := r.Load[n-1]
+		fmt.Fprintf(w, "projected, 5000 nodes\t5000\t\t\t\t\t\t%.1f/s API server -> kubelet log reads and pods/log requests\t\n", 5000*l.ProofsPerHour/3600)
 	}
 	fmt.Fprintln(w, "\n== 4. Footprint\tprocess\tRSS\tCPU")
 	for _, f := range r.Footprint {
