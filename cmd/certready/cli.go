@@ -173,6 +173,11 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 		found.list, found.err = readFindings(ctx, client, nodes, now)
 	}
 	rows := fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now)
+	agents, err := listAgentSets(ctx, client)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Placement of agents not judged: only opted-out, non-Linux and virtual nodes count as running no agent by design", "err", err)
+	}
+	fleet.MarkNoAgent(rows, nodes, agents, v.taintKey)
 	if fleet.NRCMarked(rows) {
 		if cfg, err := v.restConfig(userAgent); err == nil {
 			if dyn, err := dynamic.NewForConfig(cfg); err == nil {

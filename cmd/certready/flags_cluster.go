@@ -44,6 +44,22 @@ func listNodes(ctx context.Context, client kubernetes.Interface, selector string
 	return nodes, nil
 }
 
+// listAgentSets reads certready's agent DaemonSets in every namespace
+// (fleet.AgentSelector), for fleet.MarkNoAgent to judge where agents run.
+// An error (no right to list DaemonSets) leaves placement unjudged: the
+// caller passes no sets.
+func listAgentSets(ctx context.Context, client kubernetes.Interface) ([]fleet.AgentSet, error) {
+	list, err := client.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: fleet.AgentSelector, ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("listing agent DaemonSets: %w", err)
+	}
+	sets := make([]fleet.AgentSet, 0, len(list.Items))
+	for _, ds := range list.Items {
+		sets = append(sets, fleet.AgentSet{Name: ds.Namespace + "/" + ds.Name, Pod: ds.Spec.Template.Spec})
+	}
+	return sets, nil
+}
+
 // readFindings reads the cluster findings the agents recorded about nodes
 // (fleet.Findings), from the API server's cache, a page at a time. They
 // are a footer: an error (no right to list events in namespace default)

@@ -131,6 +131,7 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 		Tainted   bool       `json:"tainted"`
 		Completed []string   `json:"bootstrapCompletedBy"`
 		Problem   string     `json:"problem"`
+		NoAgent   string     `json:"noAgent"`
 		Client    *time.Time `json:"clientCertNotAfter"`
 	}
 	status := func(args ...string) ([]row, int, string) {
@@ -172,13 +173,40 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 			}
 		}
 	}
-	unreported := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unreported-1"}}
+	// A Windows node runs no agent by design (the agent DaemonSet selects
+	// Linux nodes): listed as such, not a problem, exit still 0.
+	windows := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "windows-1", Labels: map[string]string{corev1.LabelOSStable: "windows"}}}
+	unreported := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "unreported-1", Labels: map[string]string{corev1.LabelOSStable: "linux"}}}
+	for _, n := range []*corev1.Node{windows, unreported} {
+		t.Cleanup(func() {
+			_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		})
+	}
+	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, windows, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	all, code, out := status()
+	noAgent := 0
+	for _, r := range all {
+		if r.Node == windows.Name {
+			noAgent++
+			if r.Ready || r.Problem != "" || !strings.Contains(r.NoAgent, "kubernetes.io/os=windows") {
+				t.Errorf("%s: %+v, want it listed as running no agent by design", windows.Name, r)
+			}
+		}
+	}
+	if code != 0 || noAgent != 1 {
+		t.Fatalf("with %s: exit %d, want 0 and it listed once\n%s", windows.Name, code, out)
+	}
+	table, _ := runCertready(t, ctx, "status", "--kubeconfig="+kubeconfig)
+	if !strings.Contains(table, "NoAgentByDesign") || !strings.Contains(table, "1 more node runs no agent by design") {
+		t.Errorf("the table does not name the Windows node's design:\n%s", table)
+	}
+	t.Logf("certready status with a Windows node:\n%s", table)
+	// A Linux node no agent reports on is a problem.
 	if _, err := cluster.Clientset().CoreV1().Nodes().Create(ctx, unreported, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cluster.Clientset().CoreV1().Nodes().Delete(context.Background(), unreported.Name, metav1.DeleteOptions{})
-	})
 	problems, code, out := status("--problems")
 	if code != 1 || len(problems) != 1 || problems[0].Node != unreported.Name || !strings.Contains(problems[0].Problem, "no certready agent reports on this node") {
 		t.Fatalf("with %s: exit %d, want 1 and only it listed\n%s", unreported.Name, code, out)

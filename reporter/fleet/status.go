@@ -48,6 +48,9 @@ type NodeStatus struct {
 	Completed []string `json:"bootstrapCompletedBy,omitempty"`
 	// Problem says, for a node that is not Ready, why, in a few words.
 	Problem string `json:"problem,omitempty"`
+	// NoAgent says why the node runs no agent by design (MarkNoAgent):
+	// it is then neither Ready nor a problem, and Problem is empty.
+	NoAgent string `json:"noAgent,omitempty"`
 }
 
 // NRCMarked says whether any row carries a node-readiness-controller
@@ -79,7 +82,8 @@ func NameRules(rows []NodeStatus, byUID map[string]string) {
 	}
 }
 
-// Status gives every node's line, problems first, then by name.
+// Status gives every node's line, problems first, then by name (see
+// MarkNoAgent for the nodes that run no agent by design).
 // conditionType is the agent's condition, taintKey the readiness taint;
 // a condition not written for staleAfter no longer stands.
 func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKey string, staleAfter time.Duration, now time.Time) []NodeStatus {
@@ -132,24 +136,40 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 		}
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Ready != out[j].Ready {
-			return !out[i].Ready
-		}
-		return out[i].Node < out[j].Node
-	})
+	sortRows(out)
 	return out
+}
+
+// sortRows orders the fleet view: problems, ready nodes, nodes without an
+// agent by design; by name within each.
+func sortRows(rows []NodeStatus) {
+	rank := func(r NodeStatus) int {
+		switch {
+		case r.NoAgent != "":
+			return 2
+		case r.Ready:
+			return 1
+		}
+		return 0
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if a, b := rank(rows[i]), rank(rows[j]); a != b {
+			return a < b
+		}
+		return rows[i].Node < rows[j].Node
+	})
 }
 
 // DefaultStaleAfter is twice the agent's default heartbeat (5 min), as the
 // taint fallback's --condition-max-age.
 const DefaultStaleAfter = 10 * time.Minute
 
-// Problems keeps the nodes that are not Ready.
+// Problems keeps the nodes that are not Ready, but for those that run no
+// agent by design.
 func Problems(rows []NodeStatus) []NodeStatus {
 	var out []NodeStatus
 	for _, r := range rows {
-		if !r.Ready {
+		if !r.Ready && r.NoAgent == "" {
 			out = append(out, r)
 		}
 	}
