@@ -21,9 +21,10 @@ import (
 )
 
 // newStatusCommand is the fleet view: one line per node. Exit 0: every
-// (listed) node is ready; 1: some are not; 2: could not read the cluster.
+// (listed) node is ready or runs no agent by design; 1: some are not; 2:
+// could not read the cluster.
 func newStatusCommand() *cobra.Command {
-	var output string
+	var output, sortExpr string
 	var problems, noHeaders bool
 	cmd := &cobra.Command{
 		Use:     "status",
@@ -32,15 +33,18 @@ func newStatusCommand() *cobra.Command {
 		Long: "One line per node: the KubeletServingCertNotReady condition, its reason and age, the serving\n" +
 			"certificate's expiry and the CSR that issued it, the readiness taint, and who marked the bootstrap\n" +
 			"complete. Read-only. Also the kubectl plugin 'kubectl certready' (the binary on your PATH as\n" +
-			"kubectl-certready). Exit 0: every node listed is ready; 1: some are not; 2: error.",
-		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker -o jsonpath='{.nodes[?(@.ready==false)].node}'",
+			"kubectl-certready). Nodes that run no agent by design (opted out, not Linux, virtual kubelets, outside\n" +
+			"every agent DaemonSet's placement) show READY '-' and reason NoAgentByDesign; they fail nothing.\n" +
+			"Exit 0: every node listed is ready or runs no agent by design; 1: some are not; 2: error.",
+		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker --problems -o name\n  certready status -o go-template='{{range .nodes}}{{.node}} {{.notAfter}}{{\"\\n\"}}{{end}}'",
 		Args:    cobra.NoArgs,
 	}
 	view := newFleetView(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or jsonpath=<template> over the json. Empty: a table.")
+	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>. Empty: a table.")
 	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
+	fs.StringVar(&sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
@@ -50,21 +54,32 @@ func newStatusCommand() *cobra.Command {
 		if err != nil {
 			return fail(err)
 		}
+		if err := sortBy([]fleet.NodeStatus{}, sortExpr); err != nil { // a bad expression, before the cluster is read
+			return fail(err)
+		}
 		now := time.Now()
 		text := (output == "" || output == "wide") && !noHeaders
 		nodes, rows, findings, err := view.readWithFindings(cmd.Context(), "certready-status/"+version, now, text)
 		if err != nil {
 			return fail(err)
 		}
-		notReady := len(fleet.Problems(rows))
+		notReady, noAgent := len(fleet.Problems(rows)), 0
+		for _, r := range rows {
+			if r.NoAgent != "" {
+				noAgent++
+			}
+		}
 		if problems {
 			rows = fleet.Problems(rows)
+		}
+		if err := sortBy(rows, sortExpr); err != nil {
+			return fail(err)
 		}
 		if err := printer(cmd.OutOrStdout(), rows, now); err != nil {
 			return fail(err)
 		}
 		if text {
-			fmt.Fprintf(cmd.OutOrStdout(), "\n%d of %d nodes ready.\n", len(nodes)-notReady, len(nodes))
+			fmt.Fprint(cmd.OutOrStdout(), summary(len(nodes), notReady, noAgent))
 			printFindings(cmd.OutOrStdout(), findings.list, findings.err)
 		}
 		if notReady > 0 {
@@ -75,9 +90,24 @@ func newStatusCommand() *cobra.Command {
 	return cmd
 }
 
+// summary is the line under the table: ready nodes of those that should
+// run an agent, and how many run none by design.
+func summary(nodes, notReady, noAgent int) string {
+	expected := nodes - noAgent
+	line := fmt.Sprintf("\n%d of %d nodes ready.", expected-notReady, expected)
+	switch {
+	case noAgent == 1:
+		line += " 1 more node runs no agent by design (-o wide says why)."
+	case noAgent > 1:
+		line += fmt.Sprintf(" %d more nodes run no agent by design (-o wide says why).", noAgent)
+	}
+	return line + "\n"
+}
+
 // statusPrinter chooses the output: a table (kubectl's column style), wide,
 // the json or yaml document {"nodes": [...]}, or through cli-runtime's
-// printers: name (node/<name>) and jsonpath over the json document.
+// printers: name (node/<name>), and jsonpath and go-template (inline or
+// from a file) over the json document.
 func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeStatus, time.Time) error, error) {
 	switch {
 	case output == "" || output == "table" || output == "wide" || output == "json" || output == "yaml":
@@ -98,10 +128,10 @@ func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeS
 			}
 			return nil
 		}, nil
-	case strings.HasPrefix(output, "jsonpath="):
-		p, err := printers.NewJSONPathPrinter(strings.TrimPrefix(output, "jsonpath="))
+	}
+	if p, ok, err := templatePrinter(output); ok {
 		if err != nil {
-			return nil, fmt.Errorf("--output=%s: %w", output, err)
+			return nil, err
 		}
 		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
 			if rows == nil {
@@ -118,7 +148,46 @@ func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeS
 			return p.PrintObj(&unstructured.Unstructured{Object: doc}, w)
 		}, nil
 	}
-	return nil, fmt.Errorf("--output=%s: want wide, json, yaml, name or jsonpath=<template> (empty: a table)", output)
+	return nil, fmt.Errorf("--output=%s: want wide, json, yaml, name, jsonpath=<template>, jsonpath-file=<file>, go-template=<template> or go-template-file=<file> (empty: a table)", output)
+}
+
+// templatePrinter is cli-runtime's printer for kubectl's template outputs
+// (jsonpath=, jsonpath-file=, go-template=, go-template-file=); ok is
+// false for any other output. A template that does not parse, or a file
+// that cannot be read, is an error naming the output.
+func templatePrinter(output string) (p printers.ResourcePrinter, ok bool, err error) {
+	kind, arg, _ := strings.Cut(output, "=")
+	var tmpl []byte
+	switch kind {
+	case "jsonpath", "go-template":
+		tmpl = []byte(arg)
+	case "jsonpath-file", "go-template-file":
+		if tmpl, err = os.ReadFile(arg); err != nil {
+			return nil, true, fmt.Errorf("--output=%s: %w", output, err)
+		}
+	default:
+		return nil, false, nil
+	}
+	// As kubectl's default --allow-missing-template-keys: the document
+	// leaves out empty fields (a ready node has no problem), and a filter
+	// over one must skip such rows, not fail.
+	if strings.HasPrefix(kind, "jsonpath") {
+		var jp *printers.JSONPathPrinter
+		if jp, err = printers.NewJSONPathPrinter(string(tmpl)); err == nil {
+			jp.AllowMissingKeys(true)
+			p = jp
+		}
+	} else {
+		var gt *printers.GoTemplatePrinter
+		if gt, err = printers.NewGoTemplatePrinter(tmpl); err == nil {
+			gt.AllowMissingKeys(true)
+			p = gt
+		}
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("--output=%s: %w", output, err)
+	}
+	return p, true, nil
 }
 
 func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.Time, noHeaders bool) error {
@@ -150,9 +219,13 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 				expires = "expired"
 			}
 		}
-		cells := []string{r.Node, strconv.FormatBool(r.Ready), status, dash(r.Reason), age, expires, dash(r.CSR), strconv.FormatBool(r.Tainted), dash(strings.Join(r.Completed, ","))}
+		ready, reason, problem := strconv.FormatBool(r.Ready), r.Reason, r.Problem
+		if r.NoAgent != "" {
+			ready, reason, problem = "-", "NoAgentByDesign", r.NoAgent
+		}
+		cells := []string{r.Node, ready, status, dash(reason), age, expires, dash(r.CSR), strconv.FormatBool(r.Tainted), dash(strings.Join(r.Completed, ","))}
 		if output == "wide" {
-			cells = append(cells, dash(r.Problem), dash(r.Message))
+			cells = append(cells, dash(problem), dash(r.Message))
 		}
 		row(tw, cells...)
 	}

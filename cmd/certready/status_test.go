@@ -6,15 +6,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
@@ -74,5 +78,111 @@ func TestRuleNamesFromTheNodeReadinessRules(t *testing.T) {
 	})
 	if got := ruleNames(context.Background(), none); len(got) != 0 {
 		t.Errorf("without the CRD: %v, want no names", got)
+	}
+}
+
+// A node that runs no agent by design reads as such in the table (READY
+// "-", reason NoAgentByDesign, why in wide) and counts apart in the
+// summary.
+func TestStatusShowsNodesWithoutAnAgentByDesign(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rows := []fleet.NodeStatus{
+		{Node: "w1", Ready: true, Status: "False", Reason: "KubeletServingCertReady"},
+		{Node: "win1", NoAgent: "kubernetes.io/os=windows: the agent runs on Linux nodes"},
+	}
+	var table, wide bytes.Buffer
+	if err := printStatus(&table, "table", rows, now, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := printStatus(&wide, "wide", rows, now, false); err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(strings.Split(strings.TrimSpace(table.String()), "\n")[2])
+	if len(fields) < 4 || fields[0] != "win1" || fields[1] != "-" || fields[2] != "none" || fields[3] != "NoAgentByDesign" {
+		t.Errorf("table row %v:\n%s", fields, table.String())
+	}
+	if !strings.Contains(wide.String(), "the agent runs on Linux nodes") {
+		t.Errorf("wide does not say why:\n%s", wide.String())
+	}
+	for _, tc := range []struct {
+		nodes, notReady, noAgent int
+		want                     string
+	}{
+		{3, 0, 0, "\n3 of 3 nodes ready.\n"},
+		{3, 1, 1, "\n1 of 2 nodes ready. 1 more node runs no agent by design (-o wide says why).\n"},
+		{5, 0, 3, "\n2 of 2 nodes ready. 3 more nodes run no agent by design (-o wide says why).\n"},
+	} {
+		if got := summary(tc.nodes, tc.notReady, tc.noAgent); got != tc.want {
+			t.Errorf("summary(%d, %d, %d) = %q, want %q", tc.nodes, tc.notReady, tc.noAgent, got, tc.want)
+		}
+	}
+}
+
+// listAgentSets finds certready's agent DaemonSets by their labels in any
+// namespace, and nothing else.
+func TestListAgentSetsByLabels(t *testing.T) {
+	agentLabels := map[string]string{"app.kubernetes.io/name": "certready", "app.kubernetes.io/component": "agent"}
+	ds := func(ns, name string, labels map[string]string) *appsv1.DaemonSet {
+		d := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+		d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "linux"}
+		return d
+	}
+	client := kubefake.NewClientset(
+		ds("certready", "certready-agent", agentLabels),
+		ds("ops", "release-b-certready-agent", agentLabels),
+		ds("kube-system", "kube-proxy", map[string]string{"k8s-app": "kube-proxy"}),
+	)
+	sets, err := listAgentSets(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range sets {
+		got = append(got, s.Name)
+		if s.Pod.NodeSelector["kubernetes.io/os"] != "linux" {
+			t.Errorf("%s: pod spec not carried: %+v", s.Name, s.Pod)
+		}
+	}
+	if strings.Join(got, ",") != "certready/certready-agent,ops/release-b-certready-agent" {
+		t.Errorf("agent sets %v", got)
+	}
+}
+
+// kubectl's template outputs, inline and from a file, run over the json
+// document; a template that does not parse or a missing file is named.
+func TestStatusTemplateOutputs(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rows := []fleet.NodeStatus{{Node: "w1", Ready: true}, {Node: "w2", Problem: "CSRPending"}}
+	dir := t.TempDir()
+	gt, jp := dir+"/nodes.gotmpl", dir+"/nodes.jsonpath"
+	if err := os.WriteFile(gt, []byte(`{{range .nodes}}{{.node}}={{.ready}};{{end}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jp, []byte(`{.nodes[*].node}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ output, want, wantErr string }{
+		{output: `go-template={{range .nodes}}{{.node}}={{.ready}};{{end}}`, want: "w1=true;w2=false;"},
+		{output: "go-template-file=" + gt, want: "w1=true;w2=false;"},
+		{output: `jsonpath={.nodes[?(@.problem=="CSRPending")].node}`, want: "w2"},
+		{output: "jsonpath-file=" + jp, want: "w1 w2"},
+		{output: "go-template={{range .nodes}", wantErr: "--output=go-template={{range .nodes}: "},
+		{output: "jsonpath-file=" + dir + "/missing", wantErr: "no such file"},
+		{output: "custom", wantErr: "want wide, json, yaml, name, jsonpath=<template>"},
+	} {
+		p, err := statusPrinter(tc.output, false)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("-o %s: error %v, want %q", tc.output, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("-o %s: %v", tc.output, err)
+		}
+		var out bytes.Buffer
+		if err := p(&out, rows, now); err != nil || out.String() != tc.want {
+			t.Errorf("-o %s = %q, %v; want %q", tc.output, out.String(), err, tc.want)
+		}
 	}
 }
