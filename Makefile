@@ -30,10 +30,12 @@ unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e modu
 	$(GO) test -race -count=1 ./...
 	cd e2e && $(GO) test -race -count=1 ./cmd/... ./provider/
 
-lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, and the node build).
+lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, the node build, and the CLI for Windows and macOS).
 	@echo '== lint: go vet, gofmt, golangci-lint'
 	$(GO) vet ./...
 	$(GO) vet -tags nodeonly ./cmd/...
+	GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/certready/
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./cmd/certready/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
@@ -41,7 +43,7 @@ lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, a
 
 static: ## Static manifest checks: kustomize builds, Helm chart (SDK: lint, render, equal to the overlays), strict decoding, CRD schema, kind config, promtool alert tests.
 	@echo '== static manifest checks'
-	cd e2e && $(GO) test -count=1 ./static/
+	cd e2e && $(GO) test -count=1 -timeout 30m ./static/
 
 integration: ## Integration tests against the real kube-apiserver and etcd on loopback (no root): selectors, the approval subresource, patch preconditions.
 	@echo '== integration tests against the real API server'
@@ -79,9 +81,9 @@ image: build ## Container image IMAGE (certready:<version>, also tagged certread
 
 RELEASE_DIR ?= dist
 IMAGE_REPO ?= certready
-release: ## Release artifacts offline into dist/VERSION/: static binaries (linux/amd64, arm64; also kubectl-certready), the image as an OCI archive, the packaged chart, rendered overlays, SHA256SUMS. VERSION=x.y.z
+release: ## Release artifacts offline into dist/VERSION/: static binaries (linux/amd64, arm64; also kubectl-certready), the CLI for darwin and windows (amd64, arm64), krew archives and certready.krew.yaml, the image as an OCI archive, the packaged chart, rendered overlays, SHA256SUMS. VERSION=x.y.z
 	@if ! echo '$(VERSION)' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$'; then echo "make release: VERSION=x.y.z (no leading v), not '$(VERSION)'"; exit 2; fi
-	cd e2e && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./cmd/release --version $(VERSION) --commit $(COMMIT) --image-repo $(IMAGE_REPO) --out $(abspath $(RELEASE_DIR)) --repo $(CURDIR)
+	cd e2e && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./cmd/release --version $(VERSION) --commit $(COMMIT) --image-repo $(IMAGE_REPO) --out $(abspath $(RELEASE_DIR)) --repo $(CURDIR) $(if $(LAPTOPS),--laptops $(LAPTOPS)) $(if $(KREW_URI_BASE),--krew-uri-base $(KREW_URI_BASE))
 
 kind-up: prereqs-kind ## Create the kind cluster (kind, and offline a node image, built here), load the image, apply the manifests (needs a Docker engine).
 	kind/kind-up.sh

@@ -27,7 +27,8 @@ import (
 func TestReleaseProducesEveryArtifact(t *testing.T) {
 	const version = "0.0.0-test.1"
 	out := t.TempDir()
-	cmd := exec.Command("go", "run", "./cmd/release", "--version", version, "--out", out, "--repo", "..", "--commit", "abc1234")
+	cmd := exec.Command("go", "run", "./cmd/release", "--version", version, "--out", out, "--repo", "..", "--commit", "abc1234",
+		"--laptops", "windows/amd64", "--krew-uri-base", "https://example.com/certready/v{version}")
 	cmd.Dir = ".."
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("release: %v\n%s", err, b)
@@ -40,6 +41,8 @@ func TestReleaseProducesEveryArtifact(t *testing.T) {
 	for _, o := range []string{"standalone", "nrc", "capi-management"} {
 		want = append(want, "certready-"+version+"-"+o+".yaml")
 	}
+	want = append(want, "kubectl-certready-windows-amd64.exe", "certready.krew.yaml",
+		"kubectl-certready-linux-amd64.tar.gz", "kubectl-certready-linux-arm64.tar.gz", "kubectl-certready-windows-amd64.zip")
 	for _, f := range want {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("artifact %s: %v", f, err)
@@ -53,6 +56,18 @@ func TestReleaseProducesEveryArtifact(t *testing.T) {
 		}
 	}
 	checkImage(t, filepath.Join(dir, "certready-"+version+"-image.oci.tar"), version)
+	if exe, err := os.ReadFile(filepath.Join(dir, "kubectl-certready-windows-amd64.exe")); err != nil || !bytes.HasPrefix(exe, []byte("MZ")) {
+		t.Errorf("kubectl-certready-windows-amd64.exe is not a Windows executable: %v", err)
+	}
+	krew, err := os.ReadFile(filepath.Join(dir, "certready.krew.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"version: v" + version, "uri: https://example.com/certready/v" + version + "/kubectl-certready-windows-amd64.zip", "bin: kubectl-certready.exe", "os: linux"} {
+		if !bytes.Contains(krew, []byte(s)) {
+			t.Errorf("certready.krew.yaml lacks %q:\n%s", s, krew)
+		}
+	}
 
 	ch, err := loader.Load(filepath.Join(dir, "certready-"+version+".tgz"))
 	if err != nil {

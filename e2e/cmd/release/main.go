@@ -1,20 +1,23 @@
 // Command release builds certready's release artifacts offline (no network
 // but the Go module proxy, no registry, no Docker): static binaries for
-// linux/amd64 and linux/arm64 (also as kubectl-certready), the image as a
-// multi-platform OCI archive, the Helm chart packaged with the same
-// version, the overlays rendered with the image reference set, and
-// SHA256SUMS over all of them.
+// linux/amd64 and linux/arm64 (also as kubectl-certready), the CLI for
+// macOS and Windows, krew archives of every CLI with the plugin manifest,
+// the image as a multi-platform OCI archive, the Helm chart packaged with
+// the same version, the overlays rendered with the image reference set,
+// and SHA256SUMS over all of them.
 //
 //	go run ./cmd/release --version 1.2.3 --out ../dist
 package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -29,6 +32,8 @@ var Arches = []string{"amd64", "arm64"}
 type options struct {
 	version, out, repo, imageRepo, commit string
 	created                               int64 // seconds since the epoch, for reproducible archives
+	laptops                               []string
+	krewURIBase                           string
 }
 
 func main() {
@@ -38,6 +43,8 @@ func main() {
 	pflag.StringVar(&o.repo, "repo", "..", "the certready repository")
 	pflag.StringVar(&o.imageRepo, "image-repo", "certready", "image repository the chart and the manifests reference (the OCI archive's ref name is its tag)")
 	pflag.StringVar(&o.commit, "commit", "unknown", "commit stamped into the binaries and the image")
+	pflag.StringSliceVar(&o.laptops, "laptops", Laptops, "operator platforms the CLI is built for beside linux, os/arch, comma-separated (some of "+strings.Join(Laptops, ",")+")")
+	pflag.StringVar(&o.krewURIBase, "krew-uri-base", "https://github.com/certready/certready/releases/download/v{version}", "where the krew archives are published; {version} is replaced by the version")
 	pflag.Int64Var(&o.created, "source-date-epoch", 0, "timestamp of every file in the archives (0: $SOURCE_DATE_EPOCH, else 0)")
 	pflag.Parse()
 	if o.created == 0 {
@@ -54,6 +61,14 @@ func main() {
 func release(o options) error {
 	if !semver.MatchString(o.version) {
 		return fmt.Errorf("--version %q: want MAJOR.MINOR.PATCH[-pre], e.g. 1.2.3 (no leading v)", o.version)
+	}
+	laptops, err := selectLaptops(o.laptops)
+	if err != nil {
+		return err
+	}
+	uriBase := strings.ReplaceAll(o.krewURIBase, "{version}", o.version)
+	if u, err := url.Parse(uriBase); err != nil || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "file") || u.Path == "" {
+		return fmt.Errorf("--krew-uri-base %q: want an absolute URL of the folder the archives are published in, e.g. https://example.com/certready/v{version}", o.krewURIBase)
 	}
 	repo, err := filepath.Abs(o.repo)
 	if err != nil {
@@ -73,6 +88,16 @@ func release(o options) error {
 	bins, err := buildBinaries(repo, dir, o)
 	if err != nil {
 		return err
+	}
+	clis, err := buildLaptopCLIs(repo, dir, laptops, o)
+	if err != nil {
+		return err
+	}
+	for _, arch := range Arches {
+		clis["linux/"+arch] = filepath.Join(dir, "kubectl-certready-linux-"+arch)
+	}
+	if _, err := writeKrew(dir, filepath.Join(repo, "LICENSE"), clis, uriBase, o); err != nil {
+		return fmt.Errorf("krew: %w", err)
 	}
 	if err := writeImage(filepath.Join(dir, "certready-"+o.version+"-image.oci.tar"), bins, o); err != nil {
 		return fmt.Errorf("image: %w", err)
