@@ -114,6 +114,26 @@ func newFleetFlags(cmd *cobra.Command) *fleetFlags {
 	return f
 }
 
+// refuseNamespace refuses an explicit -n/--namespace on a command that
+// reads only objects without a namespace (Nodes, CSRs): kubectl's flag is
+// there, and ignoring it would let an operator believe the output is
+// scoped to a namespace.
+func refuseNamespace(cmd *cobra.Command) error {
+	if f := cmd.Flags().Lookup("namespace"); f != nil && f.Changed {
+		return fmt.Errorf("-n/--namespace=%s: %s reads Nodes and CSRs, which have no namespace; leave it out", f.Value, cmd.CommandPath())
+	}
+	return nil
+}
+
+// explicitNamespace is -n/--namespace when given on the command line, else
+// "" (a kubeconfig context's namespace does not narrow a search).
+func explicitNamespace(cmd *cobra.Command) string {
+	if f := cmd.Flags().Lookup("namespace"); f != nil && f.Changed {
+		return f.Value.String()
+	}
+	return ""
+}
+
 func (f *fleetFlags) client(userAgent string) (kubernetes.Interface, error) {
 	cfg, err := f.restConfig(userAgent)
 	if err != nil {

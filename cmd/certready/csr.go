@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,6 +51,9 @@ func newCSRCommand() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+			return fail(err)
+		}
+		if err := refuseNamespace(cmd); err != nil {
 			return fail(err)
 		}
 		if err := checkOutput(output); err != nil {
@@ -172,7 +176,7 @@ func newCSRExplainCommand() *cobra.Command {
 	}
 	flags := newFleetFlags(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&approverRef, "approver", "certready-system/certready-approver", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the approver's defaults.")
+	fs.StringVar(&approverRef, "approver", "", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the one Deployment labelled as certready's approver, in -n's namespace or any; 'defaults': the approver's defaults, no Deployment.")
 	fs.StringVar(&inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads: explain never opens a file the Deployment names).")
 	fs.DurationVar(&timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
 	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: text.")
@@ -189,7 +193,7 @@ func newCSRExplainCommand() *cobra.Command {
 		if err := checkOutput(output); err != nil {
 			return fail(err)
 		}
-		ex, d, err := explain(cmd.Context(), flags, args[0], approverRef, inventory, timeout)
+		ex, d, err := explain(cmd.Context(), flags, args[0], approverRef, explicitNamespace(cmd), inventory, timeout)
 		if err != nil {
 			return fail(err)
 		}
@@ -214,7 +218,7 @@ func newCSRExplainCommand() *cobra.Command {
 // its --inventory). Every request of it ends within timeout: the context's
 // deadline bounds what takes one, and the client's own timeout what does
 // not (discovery), so a hung API server costs at most timeout.
-func explain(ctx context.Context, flags *fleetFlags, name, approverRef, inventory string, timeout time.Duration) (Explanation, policy.Decision, error) {
+func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespace, inventory string, timeout time.Duration) (Explanation, policy.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The deadline is named in whatever error it caused.
@@ -240,6 +244,10 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, inventor
 	if csr.Spec.SignerName != names.SignerName {
 		return Explanation{}, policy.Decision{}, fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName)
 	}
+	approverRef, err = findApprover(ctx, client, approverRef, namespace)
+	if err != nil {
+		return Explanation{}, policy.Decision{}, timedOut(err)
+	}
 	o, err := approverOptions(ctx, client, approverRef, inventory)
 	if err != nil {
 		return Explanation{}, policy.Decision{}, timedOut(err)
@@ -256,6 +264,49 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, inventor
 		ex.ApproverConfig = "defaults"
 	}
 	return ex, d, nil
+}
+
+// ApproverSelector selects certready's approver Deployments (chart and
+// overlays alike, any release name).
+const ApproverSelector = "app.kubernetes.io/name=certready,app.kubernetes.io/component=approver"
+
+// findApprover resolves --approver: "defaults" is the approver's defaults
+// (""), <namespace>/<name> itself (refused when -n names another
+// namespace), and empty the one Deployment labelled ApproverSelector in
+// namespace (every namespace when empty). None or several is an error that
+// says how to choose.
+func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespace string) (string, error) {
+	switch {
+	case ref == "defaults":
+		return "", nil
+	case ref != "":
+		if ns, _, _ := strings.Cut(ref, "/"); namespace != "" && ns != namespace {
+			return "", fmt.Errorf("--approver=%s and -n %s name two namespaces: give one", ref, namespace)
+		}
+		return ref, nil
+	}
+	where := "any namespace"
+	if namespace != "" {
+		where = "namespace " + namespace
+	}
+	list, err := client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: ApproverSelector})
+	if err != nil {
+		return "", fmt.Errorf("finding the approver's Deployment (%s) in %s: %w; name it with --approver=<namespace>/<name> or -n, or use --approver=defaults", ApproverSelector, where, err)
+	}
+	var found []string
+	for _, d := range list.Items {
+		if _, ok := approverContainer(d.Spec.Template.Spec.Containers); ok {
+			found = append(found, d.Namespace+"/"+d.Name)
+		}
+	}
+	sort.Strings(found)
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no approver Deployment (%s) in %s: name it with --approver=<namespace>/<name>, or evaluate the approver's defaults with --approver=defaults", ApproverSelector, where)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("%d approver Deployments in %s (%s): choose one with --approver=<namespace>/<name> or -n", len(found), where, strings.Join(found, ", "))
 }
 
 // approverOptions reads the approver's configuration from its Deployment

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -168,7 +169,7 @@ func TestExplainEndsWithinItsTimeout(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		start := time.Now()
-		_, _, err := explain(context.Background(), flags, "csr-x", "", "", timeout)
+		_, _, err := explain(context.Background(), flags, "csr-x", "defaults", "", "", timeout)
 		done <- result{err, time.Since(start)}
 	}()
 	select {
@@ -213,4 +214,96 @@ func TestPrintCSRsAndExplanation(t *testing.T) {
 			t.Errorf("explanation lacks %q:\n%s", want, text.String())
 		}
 	}
+}
+
+// csr explain finds the approver by its labels, whatever the release's
+// namespace and name; -n narrows the search; none or several is an error
+// that says how to choose.
+func TestFindApproverByItsLabels(t *testing.T) {
+	approverDep := func(ns, name string, labels map[string]string, args ...string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c", Args: args}}
+		return d
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "certready", "app.kubernetes.io/component": "approver"}
+	one := fake.NewClientset(
+		approverDep("platform", "acme-certready-approver", labels, "approver", "--max-sans=3"),
+		approverDep("platform", "unlabelled", nil, "approver"),
+		approverDep("other", "labelled-but-no-approver", labels, "serve"),
+	)
+	two := fake.NewClientset(
+		approverDep("platform", "acme-certready-approver", labels, "approver"),
+		approverDep("staging", "certready-approver", labels, "approver"),
+	)
+	for _, tc := range []struct {
+		name            string
+		client          *fake.Clientset
+		ref, ns         string
+		want, wantError string
+	}{
+		{name: "found in any namespace", client: one, want: "platform/acme-certready-approver"},
+		{name: "found in -n", client: one, ns: "platform", want: "platform/acme-certready-approver"},
+		{name: "none in -n", client: one, ns: "other", wantError: "no approver Deployment (app.kubernetes.io/name=certready,app.kubernetes.io/component=approver) in namespace other: name it with --approver"},
+		{name: "two", client: two, wantError: "2 approver Deployments in any namespace (platform/acme-certready-approver, staging/certready-approver): choose one"},
+		{name: "two, -n chooses", client: two, ns: "staging", want: "staging/certready-approver"},
+		{name: "defaults", client: two, ref: "defaults", want: ""},
+		{name: "named", client: two, ref: "x/y", want: "x/y"},
+		{name: "named against -n", client: two, ref: "x/y", ns: "staging", wantError: "--approver=x/y and -n staging name two namespaces"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := findApprover(context.Background(), tc.client, tc.ref, tc.ns)
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Errorf("error %v, want %q", err, tc.wantError)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("findApprover = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// The commands that read only Nodes and CSRs refuse -n rather than ignore
+// it: the output would look namespaced and is not. The refusal comes
+// before any request (the kubeconfig points nowhere).
+func TestClusterScopedCommandsRefuseNamespace(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "-n", "team-a"},
+		{"status", "--namespace=team-a"},
+		{"csr", "-n", "team-a"},
+		{"preflight", "-n", "team-a"},
+		{"verify", "--baseline=/nonexistent", "-n", "team-a"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var code int
+			stderr := captureStderr(t, func() {
+				code = execute(context.Background(), append(args, "--kubeconfig=/nonexistent"))
+			})
+			if code != 2 || !strings.Contains(stderr, "-n/--namespace=team-a") || !strings.Contains(stderr, "which have no namespace") {
+				t.Errorf("exit %d, stderr %q; want 2 and -n refused", code, stderr)
+			}
+		})
+	}
+}
+
+// captureStderr runs f with os.Stderr read into the returned string.
+func captureStderr(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	f()
+	os.Stderr = saved
+	w.Close()
+	return <-done
 }

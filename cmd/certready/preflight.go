@@ -44,6 +44,9 @@ func newPreflightCommand() *cobra.Command {
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
+		if err := refuseNamespace(cmd); err != nil {
+			return fail(err)
+		}
 		switch output {
 		case "", "table", "json", "yaml":
 		default:

@@ -50,6 +50,9 @@ func newStatusCommand() *cobra.Command {
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
+		if err := refuseNamespace(cmd); err != nil {
+			return fail(err)
+		}
 		printer, err := statusPrinter(output, noHeaders)
 		if err != nil {
 			return fail(err)

@@ -43,6 +43,9 @@ func newVerifyCommand() *cobra.Command {
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
 			return fail(err)
 		}
+		if err := refuseNamespace(cmd); err != nil {
+			return fail(err)
+		}
 		if err := checkOutput(output); err != nil {
 			return fail(err)
 		}
