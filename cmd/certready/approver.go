@@ -51,7 +51,7 @@ type approverFlags struct {
 func (f *approverFlags) add(fs *pflag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&f.o.InventorySpec, "inventory", "node", "Where node addresses come from: node (the Node objects; self-reported by the kubelet), configmap:<namespace>/<name> (key inventory.yaml) or file:<path>. The latter two are desired state the node cannot write. (Cluster API Machines: --cluster-api.)")
-	fs.BoolVar(&f.o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (README: Cluster API).")
+	fs.BoolVar(&f.o.ClusterAPI, "cluster-api", false, "Run in a Cluster API management cluster and serve every workload cluster selected by --capi-cluster-selector, approving against each node's Machine.status.addresses instead of an --inventory (docs/reference.md: Cluster API).")
 	fs.StringVar(&f.capiSelector, "capi-cluster-selector", "", "--cluster-api: label selector of the Cluster objects to serve (empty: every Cluster).")
 	fs.StringSliceVar(&f.allowed, "allowed-cidrs", nil, "If set, every IP SAN must also lie in one of these CIDRs.")
 	fs.StringSliceVar(&f.denied, "deny-cidrs", nil, "IP SANs in these CIDRs are never approved (for example the service range).")

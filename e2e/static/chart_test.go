@@ -182,7 +182,7 @@ func npdDeployment(t *testing.T) func(dir string) {
 }
 
 // npdOwn are node-problem-detector's own objects, in the kustomize build but
-// not the chart's (the chart cannot change NPD's DaemonSet: README).
+// not the chart's (the chart cannot change NPD's DaemonSet: docs/reference.md).
 var npdOwn = []string{
 	"DaemonSet kube-system/node-problem-detector", "ServiceAccount kube-system/node-problem-detector",
 	"ConfigMap kube-system/node-problem-detector-config", "ClusterRoleBinding /npd-binding",

@@ -407,7 +407,7 @@ func TestListenAddressesWorkOnEveryIPFamily(t *testing.T) {
 }
 
 // An overlay sets the agent's expiry windows without patching the
-// arguments: a configMapGenerator named certready-agent-settings (README:
+// arguments: a configMapGenerator named certready-agent-settings (docs/operations.md:
 // Expiry windows). kustomize points each key reference at the generated,
 // hashed name, so a change rolls the agents. Only the three window keys
 // reach the agent, each by name: a key such as KUBERNETES_SERVICE_HOST or

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const runbookBase = "https://github.com/certready/certready/blob/main/README.md#"
+const runbookBase = "https://github.com/certready/certready/blob/main/docs/operations.md#"
 
 // githubSlug is the anchor GitHub gives a Markdown heading.
 func githubSlug(heading string) string {
@@ -25,9 +25,9 @@ func githubSlug(heading string) string {
 	return b.String()
 }
 
-// Every alert links its runbook: a section of the README that exists.
+// Every alert links its runbook: a section of docs/operations.md that exists.
 func TestAlertsLinkARunbookSectionThatExists(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestAlertsLinkARunbookSectionThatExists(t *testing.T) {
 			url := r.Annotations["runbook_url"]
 			anchor, ok := strings.CutPrefix(url, runbookBase)
 			if !ok || !anchors[anchor] {
-				t.Errorf("alert %s: runbook_url %q is not a README section (#%s)", r.Alert, url, strings.ToLower(r.Alert))
+				t.Errorf("alert %s: runbook_url %q is not a section of docs/operations.md (#%s)", r.Alert, url, strings.ToLower(r.Alert))
 			}
 		}
 	}

@@ -184,7 +184,7 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 	t.Cleanup(func() { handBackToTheAgent(t) })
 	kubectl("apply", "-k", dir)
 	// kubectl apply adds and changes; the agent's DaemonSet, Service and
-	// RBAC, which the component leaves out, go by hand (README).
+	// RBAC, which the component leaves out, go by hand (docs/reference.md).
 	kubectl("-n", deploy.Namespace, "delete", "daemonset/certready-agent", "service/certready-agent-metrics", "--wait=true")
 	kubectl("delete", "clusterrolebinding/certready-agent", "clusterrole/certready-agent")
 	handOver := time.Now()

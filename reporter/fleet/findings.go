@@ -83,6 +83,6 @@ func Findings(events []corev1.Event, nodes []corev1.Node, now time.Time) []Findi
 	}
 	return []Finding{{
 		Name: verdict.FindingAPIServerVerifiesNoKubelet, Nodes: seenOn, MoreNodes: more, LastSeen: last,
-		Message: "the API server read pod logs over kubelet certificates the cluster CA does not verify: it verifies no kubelet (kube-bench 1.2.6), so whoever answers on a node's address gets its logs, exec sessions and port-forwards; set kube-apiserver --kubelet-certificate-authority to the kubelet-serving signer's CA (README: The API server's path to the kubelet)",
+		Message: "the API server read pod logs over kubelet certificates the cluster CA does not verify: it verifies no kubelet (kube-bench 1.2.6), so whoever answers on a node's address gets its logs, exec sessions and port-forwards; set kube-apiserver --kubelet-certificate-authority to the kubelet-serving signer's CA (docs/operations.md: The API server's path to the kubelet)",
 	}}
 }
