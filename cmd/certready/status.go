@@ -112,15 +112,15 @@ func summary(nodes, notReady, noAgent int) string {
 // printers: name (node/<name>), and jsonpath and go-template (inline or
 // from a file) over the json document.
 func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeStatus, time.Time) error, error) {
-	switch {
-	case output == "" || output == "table" || output == "wide" || output == "json" || output == "yaml":
+	switch output {
+	case "", "table", "wide", "json", "yaml":
 		if output == "" {
 			output = "table"
 		}
 		return func(w io.Writer, rows []fleet.NodeStatus, now time.Time) error {
 			return printStatus(w, output, rows, now, noHeaders)
 		}, nil
-	case output == "name":
+	case "name":
 		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
 			p := printers.NamePrinter{}
 			for _, r := range rows {
