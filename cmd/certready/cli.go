@@ -157,6 +157,7 @@ func (f *fleetFlags) restConfig(userAgent string) (*rest.Config, error) {
 type fleetView struct {
 	*fleetFlags
 	selector, condType, taintKey string
+	agentNamespace               string
 	maxAge                       time.Duration
 }
 
@@ -166,6 +167,7 @@ func newFleetView(cmd *cobra.Command) *fleetView {
 	fs.StringVarP(&v.selector, "selector", "l", "", "Only the nodes matching this label selector (e.g. -l node-role.kubernetes.io/worker).")
 	fs.StringVar(&v.condType, "condition-type", names.ConditionType, "The agent's node condition.")
 	fs.StringVar(&v.taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
+	fs.StringVar(&v.agentNamespace, "agent-namespace", "", "The namespace of certready's agent DaemonSets, whose placement says which nodes run no agent by design. Empty: every namespace (-o wide names the DaemonSets judged); name it where others may create labelled DaemonSets.")
 	fs.DurationVar(&v.maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
 	return v
 }
@@ -193,7 +195,7 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 		found.list, found.err = readFindings(ctx, client, nodes, now)
 	}
 	rows := fleet.Status(nodes, corev1.NodeConditionType(v.condType), v.taintKey, v.maxAge, now)
-	agents, err := listAgentSets(ctx, client)
+	agents, err := listAgentSets(ctx, client, v.agentNamespace)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Placement of agents not judged: only opted-out, non-Linux and virtual nodes count as running no agent by design", "err", err)
 	}

@@ -244,6 +244,7 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 	if csr.Spec.SignerName != names.SignerName {
 		return Explanation{}, policy.Decision{}, fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName)
 	}
+	named := approverRef != ""
 	approverRef, err = findApprover(ctx, client, approverRef, namespace)
 	if err != nil {
 		return Explanation{}, policy.Decision{}, timedOut(err)
@@ -260,8 +261,13 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 	ex := Explanation{CSR: fleet.CSRRowOf(csr), Request: requestView(csr, d.Request),
 		Decision:       DecisionView{Approve: d.Approve, Rule: string(d.Rule), Message: d.Message, Transient: d.Transient},
 		ApproverConfig: approverRef}
-	if ex.ApproverConfig == "" {
+	switch {
+	case ex.ApproverConfig == "":
 		ex.ApproverConfig = "defaults"
+	case !named:
+		// Found by labels, which anyone who may create a Deployment can
+		// set: the answer says whose flags it took.
+		ex.ApproverConfig += " (found by its labels; --approver names it)"
 	}
 	return ex, d, nil
 }
@@ -329,7 +335,7 @@ func approverOptions(ctx context.Context, client kubernetes.Interface, ref, inve
 		}
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return approver.Options{}, fmt.Errorf("--approver=%s: reading the approver's Deployment for its flags: %w (--approver='' uses the defaults)", ref, err)
+			return approver.Options{}, fmt.Errorf("--approver=%s: reading the approver's Deployment for its flags: %w (--approver=defaults uses the approver's defaults)", ref, err)
 		}
 		c, ok := approverContainer(dep.Spec.Template.Spec.Containers)
 		if !ok {

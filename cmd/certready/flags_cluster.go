@@ -44,12 +44,12 @@ func listNodes(ctx context.Context, client kubernetes.Interface, selector string
 	return nodes, nil
 }
 
-// listAgentSets reads certready's agent DaemonSets in every namespace
-// (fleet.AgentSelector), for fleet.MarkNoAgent to judge where agents run.
-// An error (no right to list DaemonSets) leaves placement unjudged: the
-// caller passes no sets.
-func listAgentSets(ctx context.Context, client kubernetes.Interface) ([]fleet.AgentSet, error) {
-	list, err := client.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: fleet.AgentSelector, ResourceVersion: "0"})
+// listAgentSets reads certready's agent DaemonSets (fleet.AgentSelector)
+// in namespace, every one when empty, for fleet.MarkNoAgent to judge where
+// agents run. An error (no right to list DaemonSets) leaves placement
+// unjudged: the caller passes no sets.
+func listAgentSets(ctx context.Context, client kubernetes.Interface, namespace string) ([]fleet.AgentSet, error) {
+	list, err := client.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.AgentSelector, ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("listing agent DaemonSets: %w", err)
 	}

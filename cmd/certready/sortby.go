@@ -8,14 +8,16 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/util/jsonpath"
 )
 
 // sortBy orders rows as kubectl's --sort-by does: by the value a JSONPath
 // expression (".notAfter", "{.reason}") finds in each row's json, numbers
-// by value, everything else by its text (RFC 3339 times sort in time
-// order); rows without the field come last, ties keep their order.
+// by value, RFC 3339 times in time order whatever their zone, everything
+// else by its text; rows without the field come last, ties keep their
+// order.
 func sortBy[T any](rows []T, expr string) error {
 	if expr == "" {
 		return nil
@@ -66,6 +68,11 @@ func sortBy[T any](rows []T, expr string) error {
 			return fmt.Errorf("--sort-by=%s: finds an object or a list, not a value", expr)
 		default:
 			k.text = fmt.Sprint(v.Interface())
+			// Times compare as times: the document writes them with the
+			// zone they were read in, and offsets differ across DST.
+			if t, err := time.Parse(time.RFC3339Nano, k.text); err == nil {
+				k.text = t.UTC().Format("2006-01-02T15:04:05.000000000Z")
+			}
 		}
 		keys[i] = k
 	}

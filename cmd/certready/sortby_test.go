@@ -43,6 +43,10 @@ func TestSortBy(t *testing.T) {
 			t.Errorf("--sort-by=%s: %v %v, want %s", tc.expr, order, err, tc.want)
 		}
 	}
+	zones := []map[string]any{{"n": "x", "t": "2027-01-01T01:30:00+02:00"}, {"n": "y", "t": "2027-01-01T00:00:00Z"}}
+	if err := sortBy(zones, ".t"); err != nil || zones[0]["n"] != "x" {
+		t.Errorf("times sort as times (23:30Z before 00:00Z), not as text: %v %v", zones, err)
+	}
 	nums := []map[string]any{{"n": "x", "v": 10}, {"n": "y", "v": 9}, {"n": "z", "v": 100}}
 	if err := sortBy(nums, ".v"); err != nil || nums[0]["n"] != "y" || nums[2]["n"] != "z" {
 		t.Errorf("numbers sort by value, not text: %v %v", nums, err)

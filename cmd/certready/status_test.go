@@ -132,7 +132,7 @@ func TestListAgentSetsByLabels(t *testing.T) {
 		ds("ops", "release-b-certready-agent", agentLabels),
 		ds("kube-system", "kube-proxy", map[string]string{"k8s-app": "kube-proxy"}),
 	)
-	sets, err := listAgentSets(t.Context(), client)
+	sets, err := listAgentSets(t.Context(), client, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +145,9 @@ func TestListAgentSetsByLabels(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "certready/certready-agent,ops/release-b-certready-agent" {
 		t.Errorf("agent sets %v", got)
+	}
+	if sets, err := listAgentSets(t.Context(), client, "ops"); err != nil || len(sets) != 1 || sets[0].Name != "ops/release-b-certready-agent" {
+		t.Errorf("--agent-namespace=ops: %v %v", sets, err)
 	}
 }
 

@@ -190,7 +190,7 @@ func TestStatusShowsEveryNodeAndItsProblems(t *testing.T) {
 	for _, r := range all {
 		if r.Node == windows.Name {
 			noAgent++
-			if r.Ready || r.Problem != "" || !strings.Contains(r.NoAgent, "kubernetes.io/os=windows") {
+			if r.Ready || r.Problem != "" || !strings.Contains(r.NoAgent, "nodeSelector or required node affinity excludes the node") {
 				t.Errorf("%s: %+v, want it listed as running no agent by design", windows.Name, r)
 			}
 		}

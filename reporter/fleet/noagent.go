@@ -28,14 +28,31 @@ type AgentSet struct {
 }
 
 // NoAgentByDesign says why node runs no certready agent by design, or ""
-// when an agent is expected there. By design: opted out of the readiness
-// rule (OptOutLabel=true), not Linux, a virtual kubelet, or placed outside
-// every agent DaemonSet (nodeSelector, required affinity, a taint none of
-// them tolerates). With no agents (they could not be read, or there are
-// none: node-problem-detector writes the condition) placement is not
-// judged. readinessTaint is never a reason: an agent that does not
-// tolerate it keeps its nodes tainted for good, which is a problem.
+// when an agent is expected there.
+//
+// With agents listed, placement alone decides, as the DaemonSet controller
+// would: by design only when no agent DaemonSet places a pod there
+// (nodeSelector, required affinity, a NoSchedule/NoExecute taint none of
+// them tolerates). The node's own labels and taints cannot override it: a
+// kubelet chooses them at registration, and an opt-out label on a node an
+// agent runs on must not hide that agent's silence. Without agents (they
+// could not be listed, or none exist: node-problem-detector writes the
+// condition) placement cannot be judged, and only the signs a node
+// carries count: the opt-out label, an OS other than Linux, a virtual
+// kubelet's NoSchedule/NoExecute taint. readinessTaint is never a reason:
+// an agent that does not tolerate it keeps its nodes tainted for good.
 func NoAgentByDesign(node *corev1.Node, agents []AgentSet, readinessTaint string) string {
+	if len(agents) > 0 {
+		var why []string
+		for _, a := range agents {
+			reason := unplaced(node, a.Pod, readinessTaint)
+			if reason == "" {
+				return "" // an agent belongs here: its absence is a problem
+			}
+			why = append(why, a.Name+": "+reason)
+		}
+		return "no agent DaemonSet places a pod here (" + strings.Join(why, "; ") + ")"
+	}
 	if node.Labels[OptOutLabel] == "true" {
 		return fmt.Sprintf("opted out (%s=true)", OptOutLabel)
 	}
@@ -43,25 +60,11 @@ func NoAgentByDesign(node *corev1.Node, agents []AgentSet, readinessTaint string
 		return fmt.Sprintf("%s=%s: the agent runs on Linux nodes", corev1.LabelOSStable, os)
 	}
 	for _, t := range node.Spec.Taints {
-		if t.Key == VirtualKubeletTaint {
-			return fmt.Sprintf("a virtual kubelet (%s=%s): no kubelet pki to read", t.Key, t.Value)
+		if t.Key == VirtualKubeletTaint && (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) {
+			return fmt.Sprintf("a virtual kubelet (%s): no kubelet pki to read", t.ToString())
 		}
 	}
-	if node.Labels["type"] == "virtual-kubelet" {
-		return "a virtual kubelet (type=virtual-kubelet): no kubelet pki to read"
-	}
-	if len(agents) == 0 {
-		return ""
-	}
-	var why []string
-	for _, a := range agents {
-		reason := unplaced(node, a.Pod, readinessTaint)
-		if reason == "" {
-			return "" // an agent belongs here: its absence is a problem
-		}
-		why = append(why, a.Name+": "+reason)
-	}
-	return "no agent DaemonSet places a pod here (" + strings.Join(why, "; ") + ")"
+	return ""
 }
 
 // unplaced says why the DaemonSet controller would not place pod on node,
@@ -79,7 +82,7 @@ func unplaced(node *corev1.Node, pod corev1.PodSpec, readinessTaint string) stri
 	t, untolerated := schedhelper.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Tolerations, func(t *corev1.Taint) bool {
 		return (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) &&
 			t.Key != readinessTaint && !strings.HasPrefix(t.Key, "node.kubernetes.io/")
-	}, false)
+	}, true)
 	if untolerated {
 		return fmt.Sprintf("it does not tolerate the taint %s", t.ToString())
 	}

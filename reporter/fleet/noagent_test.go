@@ -43,12 +43,16 @@ func TestNoAgentByDesign(t *testing.T) {
 		want   string // substring; "" = an agent is expected
 	}{
 		{name: "a Linux node under the shipped agent", labels: linux, agents: []fleet.AgentSet{shippedAgent()}},
-		{name: "opted out", labels: map[string]string{fleet.OptOutLabel: "true"}, want: "opted out (certready.io/readiness-rule-opt-out=true)"},
+		{name: "opted out, agents unknown", labels: map[string]string{fleet.OptOutLabel: "true"}, want: "opted out (certready.io/readiness-rule-opt-out=true)"},
+		{name: "opted out, but an agent runs there: its silence is a problem", labels: map[string]string{fleet.OptOutLabel: "true", corev1.LabelOSStable: "linux"}, agents: []fleet.AgentSet{shippedAgent()}},
 		{name: "opt-out label not true", labels: map[string]string{fleet.OptOutLabel: "no", corev1.LabelOSStable: "linux"}, agents: []fleet.AgentSet{shippedAgent()}},
-		{name: "Windows", labels: map[string]string{corev1.LabelOSStable: "windows"}, agents: []fleet.AgentSet{shippedAgent()}, want: "kubernetes.io/os=windows: the agent runs on Linux nodes"},
+		{name: "Windows", labels: map[string]string{corev1.LabelOSStable: "windows"}, agents: []fleet.AgentSet{shippedAgent()}, want: "certready/certready-agent: its nodeSelector or required node affinity excludes the node"},
 		{name: "Windows, agents unknown", labels: map[string]string{corev1.LabelOSStable: "windows"}, want: "kubernetes.io/os=windows"},
-		{name: "virtual kubelet by taint", labels: linux, taints: []corev1.Taint{taint(fleet.VirtualKubeletTaint, "azure", corev1.TaintEffectNoSchedule)}, want: "a virtual kubelet (virtual-kubelet.io/provider=azure)"},
-		{name: "virtual kubelet by label", labels: map[string]string{"type": "virtual-kubelet"}, want: "a virtual kubelet (type=virtual-kubelet)"},
+		{name: "virtual kubelet by taint, agents unknown", labels: linux, taints: []corev1.Taint{taint(fleet.VirtualKubeletTaint, "azure", corev1.TaintEffectNoSchedule)}, want: "a virtual kubelet (virtual-kubelet.io/provider=azure:NoSchedule)"},
+		{name: "a virtual kubelet's taint that schedules anyway", labels: linux, taints: []corev1.Taint{taint(fleet.VirtualKubeletTaint, "azure", corev1.TaintEffectPreferNoSchedule)}},
+		{name: "a label alone makes no virtual kubelet", labels: map[string]string{"type": "virtual-kubelet"}},
+		{name: "a virtual kubelet the agent tolerates is judged by placement", labels: linux, agents: []fleet.AgentSet{shippedAgent()},
+			taints: []corev1.Taint{taint(fleet.VirtualKubeletTaint, "azure", corev1.TaintEffectNoSchedule)}},
 		{name: "outside the agent's affinity", labels: linux, agents: []fleet.AgentSet{gpuOnly}, want: "ops/certready-agent: its nodeSelector or required node affinity excludes the node"},
 		{name: "inside the affinity", labels: map[string]string{"pool": "gpu"}, agents: []fleet.AgentSet{gpuOnly}},
 		{name: "one of two agent sets places a pod", labels: linux, agents: []fleet.AgentSet{gpuOnly, shippedAgent()}},
@@ -107,7 +111,7 @@ func TestMarkNoAgent(t *testing.T) {
 	if got := strings.Join(order, ","); got != "c-win-tainted,d-linux-no-agent,b-linux,a-win" {
 		t.Errorf("order %s: want problems, ready, then no agent by design", got)
 	}
-	if r := rows[3]; r.Ready || r.Problem != "" || !strings.Contains(r.NoAgent, "kubernetes.io/os=windows") {
+	if r := rows[3]; r.Ready || r.Problem != "" || !strings.Contains(r.NoAgent, "nodeSelector or required node affinity excludes the node") {
 		t.Errorf("a-win: %+v", r)
 	}
 	if r := rows[0]; r.NoAgent != "" || r.Problem == "" {

@@ -54,6 +54,9 @@ func Verify(before, now []NodeStatus, caChange bool) []Verification {
 	for _, n := range now {
 		seen[n.Node] = true
 		b, ok := was[n.Node]
+		if n.NoAgent != "" && (!ok || certOf(b) == nil) {
+			continue // no agent by design, then and now: nothing to renew
+		}
 		v := Verification{Node: n.Node, After: certOf(n)}
 		if ok {
 			v.Before = certOf(b)
@@ -83,7 +86,7 @@ func Verify(before, now []NodeStatus, caChange bool) []Verification {
 		out = append(out, v)
 	}
 	for _, b := range before {
-		if !seen[b.Node] {
+		if !seen[b.Node] && (b.NoAgent == "" || certOf(b) != nil) {
 			out = append(out, Verification{Node: b.Node, Before: certOf(b), Reason: "in the baseline but not selected now (gone, or left out by -l)"})
 		}
 	}
@@ -97,8 +100,11 @@ func Verify(before, now []NodeStatus, caChange bool) []Verification {
 }
 
 func problemOf(n NodeStatus) string {
-	if n.Problem != "" {
+	switch {
+	case n.Problem != "":
 		return n.Problem
+	case n.NoAgent != "":
+		return "no agent by design: " + n.NoAgent
 	}
 	return n.Reason
 }

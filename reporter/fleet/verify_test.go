@@ -104,3 +104,21 @@ func TestVerifyTheCA(t *testing.T) {
 		})
 	}
 }
+
+// A node without an agent by design, in the baseline and now, has nothing
+// to renew: it is not verified (and fails nothing). One that had a
+// certificate and runs no agent now fails, saying so.
+func TestVerifySkipsNodesWithoutAnAgentByDesign(t *testing.T) {
+	notAfter := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	fp := strings.Repeat("a", 64)
+	win := fleet.NodeStatus{Node: "win1", NoAgent: "no agent DaemonSet places a pod here"}
+	before := []fleet.NodeStatus{win, {Node: "lost", Ready: true, Status: "False", Fingerprint: fp, NotAfter: &notAfter}}
+	now := []fleet.NodeStatus{win, {Node: "lost", NoAgent: "no agent DaemonSet places a pod here"}}
+	got := fleet.Verify(before, now, false)
+	if len(got) != 1 || got[0].Node != "lost" || got[0].Passed || !strings.Contains(got[0].Reason, "no agent by design") {
+		t.Errorf("Verify = %+v; want only lost, failed as running no agent now", got)
+	}
+	if got := fleet.Verify([]fleet.NodeStatus{win}, nil, false); len(got) != 0 {
+		t.Errorf("a baseline's no-agent node gone now: %+v, want nothing to verify", got)
+	}
+}
