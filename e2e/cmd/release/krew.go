@@ -58,6 +58,11 @@ func writeKrew(dir, license string, clis map[string]string, uriBase string, o op
 		return nil, err
 	}
 	created := time.Unix(o.created, 0).UTC()
+	// A zip's MS-DOS dates start in 1980: an earlier time would wrap.
+	zipCreated := created
+	if dos := time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC); zipCreated.Before(dos) {
+		zipCreated = dos
+	}
 	var m krewPlugin
 	m.APIVersion, m.Kind, m.Metadata.Name = "krew.googlecontainertools.github.com/v1alpha2", "Plugin", "certready"
 	m.Spec.Version = "v" + o.version
@@ -83,7 +88,7 @@ func writeKrew(dir, license string, clis map[string]string, uriBase string, o op
 		if goos == "windows" {
 			name += ".exe"
 			archive += ".zip"
-			data, err = zipOf(map[string][]byte{name: bin, "LICENSE": lic}, created, name)
+			data, err = zipOf(map[string][]byte{name: bin, "LICENSE": lic}, zipCreated, name)
 		} else {
 			archive += ".tar.gz"
 			data, err = tarGzOf(map[string][]byte{name: bin, "LICENSE": lic}, created, name)
