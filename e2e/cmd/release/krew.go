@@ -3,10 +3,10 @@ package main
 import (
 	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,12 +72,7 @@ func writeKrew(dir, license string, clis map[string]string, uriBase string, o op
 		"CSR is approved or pending, verifies certificates against a baseline, and checks a cluster\n" +
 		"before the readiness taint is enforced. Needs certready's agents in the cluster.\n"
 	var written []string
-	platforms := make([]string, 0, len(clis))
-	for p := range clis {
-		platforms = append(platforms, p)
-	}
-	slices.Sort(platforms)
-	for _, p := range platforms {
+	for _, p := range slices.Sorted(maps.Keys(clis)) {
 		goos, arch, _ := strings.Cut(p, "/")
 		bin, err := os.ReadFile(clis[p])
 		if err != nil {
@@ -116,35 +111,21 @@ func writeKrew(dir, license string, clis map[string]string, uriBase string, o op
 	return append(written, "certready.krew.yaml"), nil
 }
 
-// tarGzOf is tarOf gzipped without a name or a time: the same files give
-// the same bytes.
+// tarGzOf is tarOf, gzipped reproducibly.
 func tarGzOf(files map[string][]byte, created time.Time, exe string) ([]byte, error) {
 	raw, err := tarOf(files, created, map[string]bool{exe: true})
 	if err != nil {
 		return nil, err
 	}
-	var gz bytes.Buffer
-	w := gzip.NewWriter(&gz)
-	if _, err := w.Write(raw); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return gz.Bytes(), nil
+	return gzipOf(raw)
 }
 
 // zipOf archives files in name order, dated created, exe marked
 // executable (for unzip on Unix; Windows ignores the mode).
 func zipOf(files map[string][]byte, created time.Time, exe string) ([]byte, error) {
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(files)) {
 		h := &zip.FileHeader{Name: n, Method: zip.Deflate, Modified: created}
 		h.SetMode(0o644)
 		if n == exe {

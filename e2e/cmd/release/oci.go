@@ -164,15 +164,25 @@ func imageLayer(b binaries, created time.Time) (layer []byte, diffID string, err
 		return nil, "", err
 	}
 	sum := sha256.Sum256(raw)
-	var gz bytes.Buffer
-	w := gzip.NewWriter(&gz) // no name, no time: the same input gives the same bytes
-	if _, err := w.Write(raw); err != nil {
+	gz, err := gzipOf(raw)
+	if err != nil {
 		return nil, "", err
+	}
+	return gz, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// gzipOf compresses data with no name and no time in the header: the same
+// input gives the same bytes.
+func gzipOf(data []byte) ([]byte, error) {
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	if _, err := w.Write(data); err != nil {
+		return nil, err
 	}
 	if err := w.Close(); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return gz.Bytes(), "sha256:" + hex.EncodeToString(sum[:]), nil
+	return gz.Bytes(), nil
 }
 
 // tarOf archives files (and their parent folders) in name order, every
