@@ -33,8 +33,9 @@ func newStatusCommand() *cobra.Command {
 		Long: "One line per node: the KubeletServingCertNotReady condition, its reason and age, the serving\n" +
 			"certificate's expiry and the CSR that issued it, the readiness taint, and who marked the bootstrap\n" +
 			"complete. Read-only. Also the kubectl plugin 'kubectl certready' (the binary on your PATH as\n" +
-			"kubectl-certready). Nodes that run no agent by design (opted out, not Linux, virtual kubelets, outside\n" +
-			"every agent DaemonSet's placement) show READY '-' and reason NoAgentByDesign; they fail nothing.\n" +
+			"kubectl-certready). Nodes that run no agent by design (outside every agent DaemonSet's placement; where\n" +
+			"the DaemonSets cannot be read: opted out, not Linux, virtual kubelets) show READY '-' and reason\n" +
+			"NoAgentByDesign; they fail nothing.\n" +
 			"Exit 0: every node listed is ready or runs no agent by design; 1: some are not; 2: error.",
 		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker --problems -o name\n  certready status -o go-template='{{range .nodes}}{{.node}} {{.notAfter}}{{\"\\n\"}}{{end}}'",
 		Args:    cobra.NoArgs,
