@@ -272,13 +272,9 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 	return ex, d, nil
 }
 
-// ApproverSelector selects certready's approver Deployments (chart and
-// overlays alike, any release name).
-const ApproverSelector = "app.kubernetes.io/name=certready,app.kubernetes.io/component=approver"
-
 // findApprover resolves --approver: "defaults" is the approver's defaults
 // (""), <namespace>/<name> itself (refused when -n names another
-// namespace), and empty the one Deployment labelled ApproverSelector in
+// namespace), and empty the one Deployment labelled fleet.ApproverSelector in
 // namespace (every namespace when empty). None or several is an error that
 // says how to choose.
 func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespace string) (string, error) {
@@ -295,9 +291,9 @@ func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespa
 	if namespace != "" {
 		where = "namespace " + namespace
 	}
-	list, err := client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: ApproverSelector})
+	list, err := client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: fleet.ApproverSelector})
 	if err != nil {
-		return "", fmt.Errorf("finding the approver's Deployment (%s) in %s: %w; name it with --approver=<namespace>/<name> or -n, or use --approver=defaults", ApproverSelector, where, err)
+		return "", fmt.Errorf("finding the approver's Deployment (%s) in %s: %w; name it with --approver=<namespace>/<name> or -n, or use --approver=defaults", fleet.ApproverSelector, where, err)
 	}
 	var found []string
 	for _, d := range list.Items {
@@ -308,7 +304,7 @@ func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespa
 	sort.Strings(found)
 	switch len(found) {
 	case 0:
-		return "", fmt.Errorf("no approver Deployment (%s) in %s: name it with --approver=<namespace>/<name>, or evaluate the approver's defaults with --approver=defaults", ApproverSelector, where)
+		return "", fmt.Errorf("no approver Deployment (%s) in %s: name it with --approver=<namespace>/<name>, or evaluate the approver's defaults with --approver=defaults", fleet.ApproverSelector, where)
 	case 1:
 		return found[0], nil
 	}

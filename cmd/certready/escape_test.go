@@ -77,8 +77,9 @@ func TestTablesPrintNoControlCharactersFromTheCluster(t *testing.T) {
 	check("preflight", func(b *bytes.Buffer) error {
 		return printPreflight(b, "", false, fleet.Rule{Name: "rule\x1b[31m", Taint: corev1.Taint{Key: "k", Effect: corev1.TaintEffectNoSchedule}},
 			[]fleet.Row{{Node: "w1", Outcome: fleet.Stays, Why: hostileMsg}}, 1,
-			[]fleet.Finding{{Name: "APIServerVerifiesNoKubelet", Nodes: []string{"w1\x1b[31m", hostileMsg}, LastSeen: now, Message: "m"}}, nil)
-	}, 7)
+			preflightExtras{findings: []fleet.Finding{{Name: "APIServerVerifiesNoKubelet", Nodes: []string{"w1\x1b[31m", hostileMsg}, LastSeen: now, Message: "m"}},
+				install: []fleet.InstallProblem{{Object: "Deployment ns/a\x1b[31m", Problem: fleet.NoEligibleNode, Message: "m"}}})
+	}, 9)
 
 	// json and yaml carry the data itself, escaped by their encoders.
 	for _, output := range []string{"json", "yaml"} {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
@@ -58,6 +59,43 @@ func listAgentSets(ctx context.Context, client kubernetes.Interface, namespace s
 		sets = append(sets, fleet.AgentSet{Name: ds.Namespace + "/" + ds.Name, Pod: ds.Spec.Template.Spec})
 	}
 	return sets, nil
+}
+
+// readInstallProblems checks certready's own workloads, read-only, for
+// what keeps every node tainted (fleet.InstallProblem): an approver
+// Deployment no node may run, an agent DaemonSet whose pods are refused.
+// An error (no right to list Deployments, DaemonSets or events) is
+// returned for the output to say so.
+func readInstallProblems(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) ([]fleet.InstallProblem, error) {
+	var problems []fleet.InstallProblem
+	deps, err := client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: fleet.ApproverSelector, ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("listing approver Deployments: %w", err)
+	}
+	for i := range deps.Items {
+		if p := fleet.ApproverUnplaceable(&deps.Items[i], nodes); p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	sets, err := client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: fleet.AgentSelector, ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("listing agent DaemonSets: %w", err)
+	}
+	for i := range sets.Items {
+		ds := &sets.Items[i]
+		if ds.Status.DesiredNumberScheduled <= ds.Status.CurrentNumberScheduled {
+			continue
+		}
+		events, err := client.CoreV1().Events(ds.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
+			FieldSelector: fields.Set{"involvedObject.kind": "DaemonSet", "involvedObject.name": ds.Name, "reason": "FailedCreate"}.AsSelector().String()})
+		if err != nil {
+			return nil, fmt.Errorf("listing events of DaemonSet %s/%s: %w", ds.Namespace, ds.Name, err)
+		}
+		if p := fleet.AgentPodsRefusedBy(ds, events.Items); p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	return problems, nil
 }
 
 // readFindings reads the cluster findings the agents recorded about nodes

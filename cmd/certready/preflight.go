@@ -28,7 +28,9 @@ func newPreflightCommand() *cobra.Command {
 		Short:   "Before creating the NodeReadinessRule: which nodes it would taint and keep tainted, and why.",
 		Long: "Before applying the nrc overlay (a NodeReadinessRule's conditions and node selector cannot be edited\n" +
 			"once created): list the nodes the rule would taint now and keep tainted, and why. Read-only.\n" +
-			"Exit 0: none would stay tainted; 1: some would (fix them or label them " + fleet.OptOutLabel + "=true); 2: error.",
+			"It also checks certready's own workloads: an approver no node may run, agent pods that are refused.\n" +
+			"Exit 0: none would stay tainted; 1: some would (fix them or label them " + fleet.OptOutLabel + "=true),\n" +
+			"or certready itself cannot make a new node ready; 2: error.",
 		Example: "  kubectl certready preflight\n  kubectl kustomize <overlay> | certready preflight --rule -",
 		Args:    cobra.NoArgs,
 	}
@@ -80,10 +82,11 @@ func newPreflightCommand() *cobra.Command {
 		rows := fleet.Preflight(nodes, rule, now)
 		blocking := fleet.Blocking(rows)
 		findings, findingsErr := readFindings(cmd.Context(), client, nodes, now)
-		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, findings, findingsErr); err != nil {
+		install, installErr := readInstallProblems(cmd.Context(), client, nodes)
+		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, preflightExtras{findings, findingsErr, install, installErr}); err != nil {
 			return fail(err)
 		}
-		if blocking > 0 {
+		if blocking > 0 || len(install) > 0 {
 			return exitCode(1)
 		}
 		return nil
@@ -91,16 +94,28 @@ func newPreflightCommand() *cobra.Command {
 	return cmd
 }
 
-func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int, findings []fleet.Finding, findingsErr error) error {
+// preflightExtras are what preflight reads beside the nodes: the agents'
+// cluster findings and certready's own install problems, each with the
+// error that kept it from being read.
+type preflightExtras struct {
+	findings    []fleet.Finding
+	findingsErr error
+	install     []fleet.InstallProblem
+	installErr  error
+}
+
+func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rule, rows []fleet.Row, blocking int, x preflightExtras) error {
 	doc := map[string]any{"rule": rule.Name, "taint": rule.Taint.ToString(), "blocking": blocking, "nodes": rows}
-	if findingsErr != nil {
-		// null, not [], with the reason: not read is not none found.
-		doc["findings"], doc["findingsError"] = nil, findingsErr.Error()
+	// null, not [], with the reason: not read is not none found.
+	if x.findingsErr != nil {
+		doc["findings"], doc["findingsError"] = nil, x.findingsErr.Error()
 	} else {
-		if findings == nil {
-			findings = []fleet.Finding{}
-		}
-		doc["findings"] = findings
+		doc["findings"] = nonNil(x.findings)
+	}
+	if x.installErr != nil {
+		doc["installProblems"], doc["installProblemsError"] = nil, x.installErr.Error()
+	} else {
+		doc["installProblems"] = nonNil(x.install)
 	}
 	if output == "json" || output == "yaml" {
 		return printDocument(out, output, doc)
@@ -118,9 +133,31 @@ func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rul
 	if blocking > 0 {
 		fmt.Fprintf(out, "\n%d of %d nodes would stay tainted %s (no new pods) once NodeReadinessRule %s exists.\n"+
 			"Fix them, or exclude them first: kubectl label node <name> %s=true\n", blocking, len(rows), fleet.Escape(rule.Taint.ToString()), fleet.Escape(rule.Name), fleet.OptOutLabel)
+	} else if len(x.install) > 0 {
+		fmt.Fprintf(out, "\nNo node would stay tainted now, but certready itself cannot make a new node ready (below): fix that before NodeReadinessRule %s exists.\n", fleet.Escape(rule.Name))
 	} else {
 		fmt.Fprintf(out, "\nNo node would stay tainted: NodeReadinessRule %s is safe to create now.\n", fleet.Escape(rule.Name))
 	}
-	printFindings(out, findings, findingsErr)
+	printFindings(out, x.findings, x.findingsErr)
+	printInstallProblems(out, x.install, x.installErr)
 	return nil
+}
+
+// printInstallProblems writes certready's own install problems, or why
+// they were not read, as a footer of text output.
+func printInstallProblems(w io.Writer, problems []fleet.InstallProblem, err error) {
+	if err != nil {
+		fmt.Fprintf(w, "\ncertready's own workloads not checked (%s).\n", fleet.Escape(err.Error()))
+		return
+	}
+	for _, p := range problems {
+		fmt.Fprintf(w, "\nInstall problem %s, %s: %s\n", p.Problem, fleet.Escape(p.Object), p.Message)
+	}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

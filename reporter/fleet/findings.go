@@ -56,13 +56,7 @@ func Findings(events []corev1.Event, nodes []corev1.Node, now time.Time) []Findi
 		if uid, ok := known[e.InvolvedObject.Name]; nodes != nil && (!ok || uid != string(e.InvolvedObject.UID)) {
 			continue
 		}
-		seen := e.LastTimestamp.Time
-		if e.Series != nil && e.Series.LastObservedTime.After(seen) {
-			seen = e.Series.LastObservedTime.Time
-		}
-		if seen.IsZero() {
-			seen = e.EventTime.Time
-		}
+		seen := eventTime(&e)
 		if now.Sub(seen) > FindingWindow {
 			continue
 		}
@@ -85,4 +79,18 @@ func Findings(events []corev1.Event, nodes []corev1.Node, now time.Time) []Findi
 		Name: verdict.FindingAPIServerVerifiesNoKubelet, Nodes: seenOn, MoreNodes: more, LastSeen: last,
 		Message: "the API server read pod logs over kubelet certificates the cluster CA does not verify: it verifies no kubelet (kube-bench 1.2.6), so whoever answers on a node's address gets its logs, exec sessions and port-forwards; set kube-apiserver --kubelet-certificate-authority to the kubelet-serving signer's CA (docs/operations.md: The API server's path to the kubelet)",
 	}}
+}
+
+// eventTime is when an event was last seen: its series' last observation,
+// its last timestamp, or its creation time (events.k8s.io writers set only
+// that).
+func eventTime(e *corev1.Event) time.Time {
+	seen := e.LastTimestamp.Time
+	if e.Series != nil && e.Series.LastObservedTime.After(seen) {
+		seen = e.Series.LastObservedTime.Time
+	}
+	if seen.IsZero() {
+		seen = e.EventTime.Time
+	}
+	return seen
 }
