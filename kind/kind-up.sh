@@ -54,5 +54,13 @@ fi
 kubectl apply -k "$overlay"
 kubectl -n certready-system rollout status deploy/certready-approver --timeout=180s
 kubectl -n certready-system rollout status ds/certready-agent --timeout=180s
+if [ -n "${NRC_MANIFEST:-}" ]; then
+  # The overlay creates its rules in dry run (the safe rollout). This
+  # cluster is new: every node joined with the startup taint, and the
+  # preflight has nothing to find. Switch them on.
+  for rule in kubelet-serving-cert kubelet-serving-cert-placement; do
+    kubectl patch nodereadinessrule "$rule" --type=merge -p '{"spec":{"dryRun":false}}'
+  done
+fi
 kubectl get nodes -o custom-columns='NAME:.metadata.name,TAINTS:.spec.taints[*].key,CERT:.status.conditions[?(@.type=="KubeletServingCertNotReady")].reason'
 say "done"

@@ -52,8 +52,22 @@ func render(t *testing.T, values map[string]any) ([]map[string]any, error) {
 	return renderAs(t, "certready", values)
 }
 
-// renderAs renders the chart as the release named release.
+// optionalAPIs are the APIs the chart asks for only when told to: a
+// cluster with the Prometheus Operator and the node-readiness-controller
+// (helm template --api-versions ...).
+var optionalAPIs = chartutil.VersionSet{"monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule",
+	"readiness.node.x-k8s.io/v1alpha1/NodeReadinessRule"}
+
+// renderAs renders the chart as the release named release, on a cluster
+// that serves optionalAPIs.
 func renderAs(t *testing.T, release string, values map[string]any) ([]map[string]any, error) {
+	t.Helper()
+	return renderOn(t, release, optionalAPIs, values)
+}
+
+// renderOn renders the chart for a cluster that serves the APIs given
+// beyond Kubernetes' own.
+func renderOn(t *testing.T, release string, apis chartutil.VersionSet, values map[string]any) ([]map[string]any, error) {
 	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
@@ -63,11 +77,36 @@ func renderAs(t *testing.T, release string, values map[string]any) ([]map[string
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
 	install.ReleaseName, install.Namespace = release, "certready-system"
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	install.APIVersions = apis
 	rel, err := install.Run(ch, values)
 	if err != nil {
 		return nil, err
 	}
 	return splitYAML(t, rel.Manifest), nil
+}
+
+// renderHooks renders the chart's hooks (helm test) on a cluster that
+// serves apis beyond Kubernetes' own.
+func renderHooks(t *testing.T, apis chartutil.VersionSet, values map[string]any) []map[string]any {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = "certready", "certready-system"
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	install.APIVersions = apis
+	rel, err := install.Run(ch, values)
+	if err != nil {
+		t.Fatalf("helm template with %v: %v", values, err)
+	}
+	var out []map[string]any
+	for _, h := range rel.Hooks {
+		out = append(out, splitYAML(t, h.Manifest)...)
+	}
+	return out
 }
 
 func mustRender(t *testing.T, values map[string]any) []map[string]any {
@@ -154,11 +193,7 @@ func byKey(t *testing.T, objs []map[string]any) map[string]map[string]any {
 		if clusterScoped[kind] {
 			delete(meta, "namespace")
 		}
-		if labels, ok := meta["labels"].(map[string]any); ok {
-			for _, l := range helmOnlyLabels {
-				delete(labels, l)
-			}
-		}
+		dropHelmLabels(m)
 		ns, _ := meta["namespace"].(string)
 		name, _ := meta["name"].(string)
 		key := kind + " " + ns + "/" + name
@@ -168,6 +203,25 @@ func byKey(t *testing.T, objs []map[string]any) map[string]map[string]any {
 		out[key] = m
 	}
 	return out
+}
+
+// dropHelmLabels removes Helm's labels wherever labels are: the objects'
+// own, their pod templates' and the selectors (the release's instance
+// label is one of the chart's selectors).
+func dropHelmLabels(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, l := range helmOnlyLabels {
+			delete(v, l)
+		}
+		for _, e := range v {
+			dropHelmLabels(e)
+		}
+	case []any:
+		for _, e := range v {
+			dropHelmLabels(e)
+		}
+	}
 }
 
 // npdDeployment copies node-problem-detector's own deployment folder (from
@@ -263,10 +317,13 @@ var everyValue = map[string]any{
 		"extraVolumes":      []any{map[string]any{"name": "extra-ca", "configMap": map[string]any{"name": "extra-ca"}}},
 		"extraVolumeMounts": []any{map[string]any{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": true}},
 		"serviceAccount":    map[string]any{"create": true, "name": "", "annotations": map[string]any{"example.com/owner": "platform"}},
+		// SELinux hosts: the kubelet's files are readable by spc_t.
+		"podSecurityContext": map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}}, "securityContext": map[string]any{"readOnlyRootFilesystem": false},
 	},
 	"approver": map[string]any{
 		"replicas": 3, "priorityClassName": "", "nodeSelector": map[string]any{"pool": "system"},
-		"tolerations": []any{}, "affinity": map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": nil}},
+		"tolerations": []any{}, "placement": "pool", "affinity": map[string]any{},
+		"podSecurityContext": map[string]any{"runAsUser": 1000700000, "fsGroup": nil}, "securityContext": map[string]any{"seccompProfile": map[string]any{"type": "RuntimeDefault"}},
 		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/component": "approver"}}}},
 		"resources":           map[string]any{"limits": map[string]any{"memory": "1Gi"}},
@@ -283,13 +340,19 @@ var everyValue = map[string]any{
 		"extraVolumeMounts": []any{map[string]any{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": true}},
 		"serviceAccount":    map[string]any{"create": true, "name": "acme-approver", "annotations": map[string]any{"example.com/owner": "platform"}},
 	},
-	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": true, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
+	"taint":             map[string]any{"mode": "nrc", "nrc": map[string]any{"ruleName": "serving-cert", "dryRun": false, "placementRule": false, "nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "linux-workers"}}}},
 	"criticalPodsQuota": map[string]any{"enabled": false},
 	// metrics.secure=false: TestChartPlainMetricsOptIn.
 	"metrics": map[string]any{"certSecret": "certready-metrics-tls", "readerSubjects": []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}}},
 	"monitoring": map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
 		"serviceMonitor": map[string]any{"enabled": true, "interval": "1m", "tlsConfig": map[string]any{"serverName": "certready-metrics.platform-certs.svc", "ca": map[string]any{"secret": map[string]any{"name": "certready-metrics-tls", "key": "ca.crt"}}}}},
-	"npd": map[string]any{"enabled": false},
+	"npd":          map[string]any{"enabled": false},
+	"commonLabels": map[string]any{"example.com/cost-center": "platform"},
+	"extraObjects": []any{
+		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "{{ .Release.Name }}-extra", "namespace": "platform-certs"}},
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra-from-string\n  namespace: {{ .Release.Namespace }}\n",
+	},
+	"openshift": map[string]any{"adaptSecurityContext": "disabled"},
 }
 
 // decodeStrict decodes every object into its API type, unknown fields
@@ -361,8 +424,19 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"agent.tolerations", len(a.Tolerations) == 1 && a.Tolerations[0].Key == "dedicated"},
 		{"approver.tolerations empty: none", len(p.Tolerations) == 0},
 		{"agent.affinity", a.Affinity != nil && a.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "kubernetes.io/arch"},
-		{"approver.affinity: null drops a default (the trusted pool stays required)", p.Affinity != nil && len(p.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 &&
-			p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "node-restriction.kubernetes.io/certready-approver-pool"},
+		{"approver.placement=pool: the labelled pool only", p.Affinity != nil && len(p.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 &&
+			len(p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 1 &&
+			p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key == "node-restriction.kubernetes.io/certready-approver-pool" &&
+			approver.Annotations["certready.io/placement"] == "pool"},
+		{"approver.podSecurityContext merged, null drops a default", p.SecurityContext != nil && *p.SecurityContext.RunAsUser == 1000700000 && p.SecurityContext.FSGroup == nil &&
+			*p.SecurityContext.RunAsNonRoot},
+		{"approver.securityContext merged", p.Containers[0].SecurityContext.SeccompProfile != nil && *p.Containers[0].SecurityContext.ReadOnlyRootFilesystem},
+		{"agent.podSecurityContext and securityContext", a.SecurityContext != nil && a.SecurityContext.SELinuxOptions != nil && a.SecurityContext.SELinuxOptions.Type == "spc_t" &&
+			!*a.Containers[0].SecurityContext.ReadOnlyRootFilesystem && *a.Containers[0].SecurityContext.RunAsUser == 0},
+		{"commonLabels on every object", len(raw) == countLabelled(raw, "example.com/cost-center", "platform")},
+		{"extraObjects, maps and strings, through tpl", len(kinds["ConfigMap"]) >= 2 && strings.Contains(mustJSON(kinds["ConfigMap"]), `"name":"certready-extra"`) &&
+			strings.Contains(mustJSON(kinds["ConfigMap"]), `"name":"extra-from-string","namespace":"certready-system"`)},
+		{"the release in the selectors", approver.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] == "certready" && agent.Spec.Template.Labels["app.kubernetes.io/instance"] == "certready"},
 		{"approver.topologySpreadConstraints", len(p.TopologySpreadConstraints) == 1 && p.TopologySpreadConstraints[0].TopologyKey == "topology.kubernetes.io/zone"},
 		{"approver.replicas", *approver.Spec.Replicas == 3},
 		{"agent.maxUnavailable", agent.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntValue() == 3},
@@ -377,8 +451,8 @@ func TestChartHonoursEveryValue(t *testing.T) {
 			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "system:serviceaccount:platform-certs:acme-approver'") &&
 			strings.Contains(mustJSON(kinds["ValidatingAdmissionPolicy"]), "'ServingCertNotProven'")},
 		{"criticalPodsQuota.enabled=false", len(kinds["ResourceQuota"]) == 0},
-		{"taint.mode=nrc: one rule (no placement rule), dry run, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
-			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"dryRun":true`) && strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"pool":"linux-workers"`) &&
+		{"taint.mode=nrc: one rule (no placement rule), live, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
+			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"dryRun":false`) && strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"pool":"linux-workers"`) &&
 			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"type":"ServingCertNotProven"`)},
 		{"taint.mode=nrc: no taint fallback and its RBAC", !slices.ContainsFunc(p.Containers[0].Args, func(s string) bool { return strings.HasPrefix(s, "--remove-startup-taint") }) &&
 			!slices.ContainsFunc(find[*rbacv1.ClusterRole](objs), func(r *rbacv1.ClusterRole) bool { return strings.HasSuffix(r.Name, "taint-fallback") })},
@@ -551,6 +625,11 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"npd without a service account to name", map[string]any{"npd": map[string]any{"enabled": true, "serviceAccount": ""}, "agent": map[string]any{"enabled": false}}, "at '/npd/serviceAccount': minLength"},
 		{"a value the chart does not have", map[string]any{"approvr": map[string]any{"replicas": 1}}, "approvr"},
 		{"a mistyped value", map[string]any{"approver": map[string]any{"replicas": "two"}}, "replicas"},
+		{"an unknown placement", map[string]any{"approver": map[string]any{"placement": "workers"}}, "at '/approver/placement': value must be one of 'trusted', 'control-plane', 'pool', 'any'"},
+		{"a security context field Kubernetes does not have", map[string]any{"approver": map[string]any{"securityContext": map[string]any{"runAsUsr": 1}}}, "runAsUsr"},
+		{"a mistyped pod security context field", map[string]any{"agent": map[string]any{"podSecurityContext": map[string]any{"fsGroup": "root"}}}, "fsGroup"},
+		{"commonLabels redefining the release's label", map[string]any{"commonLabels": map[string]any{"app.kubernetes.io/instance": "other"}}, "commonLabels.app.kubernetes.io/instance: the chart sets this label itself"},
+		{"an unknown OpenShift mode", map[string]any{"openshift": map[string]any{"adaptSecurityContext": "yes"}}, "adaptSecurityContext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.values)
@@ -580,6 +659,21 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
+// countLabelled counts the objects labelled key=value, the operator's own
+// objects (extraObjects) aside.
+func countLabelled(objs []map[string]any, key, value string) int {
+	n := 0
+	for _, o := range objs {
+		meta, _ := o["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		name, _ := meta["name"].(string)
+		if labels[key] == value || strings.Contains(name, "extra") {
+			n++
+		}
+	}
+	return n
+}
+
 func countPullSecrets(sas []*corev1.ServiceAccount) int {
 	n := 0
 	for _, sa := range sas {
@@ -594,6 +688,9 @@ func allLabelled(groups ...[]map[string]any) bool {
 	n := 0
 	for _, g := range groups {
 		for _, o := range g {
+			if name, _ := o["metadata"].(map[string]any)["name"].(string); strings.Contains(name, "extra") {
+				continue // extraObjects: the operator's own
+			}
 			labels, _ := o["metadata"].(map[string]any)["labels"].(map[string]any)
 			if labels["release"] != "kube-prometheus-stack" {
 				return false
@@ -760,7 +857,7 @@ func TestChartReadmeListsEveryValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	opaque := map[string]bool{"nodeSelector": true, "affinity": true, "labels": true, "resources": true,
-		"podLabels": true, "podAnnotations": true, "annotations": true}
+		"podLabels": true, "podAnnotations": true, "annotations": true, "podSecurityContext": true, "securityContext": true}
 	var walk func(prefix string, m map[string]any)
 	n := 0
 	walk = func(prefix string, m map[string]any) {
