@@ -47,6 +47,42 @@ func Chart(ctx context.Context, c provider.Cluster, dir string, values map[strin
 	return WaitRollout(ctx, c, logf)
 }
 
+// ChartUpgrade upgrades the release to the chart in dir with values (none
+// reused: each call states the whole choice), as `helm upgrade certready
+// <dir> -n certready-system --reset-values --set ...` does, without waiting:
+// callers wait for what they expect. It returns the release's revision.
+func ChartUpgrade(ctx context.Context, c provider.Cluster, dir string, values map[string]any, logf func(string, ...any)) (int, error) {
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return 0, fmt.Errorf("loading the chart %s: %w", dir, err)
+	}
+	cfg, err := helmConfig(c, logf)
+	if err != nil {
+		return 0, err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.ResetValues, up.Timeout = ReleaseNamespace, true, 2*time.Minute
+	logf("helm upgrade certready %s -n %s (Helm SDK), values %v", dir, ReleaseNamespace, values)
+	rel, err := up.RunWithContext(ctx, "certready", ch, values)
+	if err != nil {
+		return 0, fmt.Errorf("helm upgrade: %w", err)
+	}
+	return rel.Version, nil
+}
+
+// ChartRevision is the release's deployed revision, as `helm status` shows.
+func ChartRevision(c provider.Cluster, logf func(string, ...any)) (int, error) {
+	cfg, err := helmConfig(c, logf)
+	if err != nil {
+		return 0, err
+	}
+	rel, err := action.NewStatus(cfg).Run("certready")
+	if err != nil {
+		return 0, fmt.Errorf("helm status: %w", err)
+	}
+	return rel.Version, nil
+}
+
 func helmConfig(c provider.Cluster, logf func(string, ...any)) (*action.Configuration, error) {
 	cfg := new(action.Configuration)
 	getter := restGetter{cfg: c.AdminConfig(), namespace: ReleaseNamespace}
