@@ -69,7 +69,7 @@ func TestStatusPrinters(t *testing.T) {
 	}{
 		{"name", false, "node/w1\nnode/w2\n"},
 		{`jsonpath={range .nodes[?(@.ready==false)]}{.node} {.reason}{end}`, false, "w2 CSRPending"},
-		{"", true, "w1  true"},
+		{"", true, "w1    true"}, // kubectl's padding
 	} {
 		p, err := statusPrinter(tc.output, tc.noHeaders)
 		if err != nil {

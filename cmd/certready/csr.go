@@ -32,6 +32,7 @@ import (
 // one ('csr explain'): the runbook's 'kubectl get csr' and 'openssl req'.
 func newCSRCommand() *cobra.Command {
 	var output, node string
+	var noHeaders bool
 	cmd := &cobra.Command{
 		Use:     "csr",
 		GroupID: "fleet",
@@ -47,7 +48,8 @@ func newCSRCommand() *cobra.Command {
 	flags := newFleetFlags(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&node, "node", "", "Only the CSRs this node filed (spec.username system:node:<node>).")
-	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	fs.StringVarP(&output, "output", "o", "", outputHelp("csrs", "CSR"))
+	fs.BoolVar(&noHeaders, "no-headers", false, "Table and custom-columns output: no header line.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr: %v\n", err); return exitCode(2) }
 		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
@@ -56,7 +58,7 @@ func newCSRCommand() *cobra.Command {
 		if err := refuseNamespace(cmd); err != nil {
 			return fail(err)
 		}
-		if err := checkOutput(output); err != nil {
+		if err := checkListOutput(output); err != nil {
 			return fail(err)
 		}
 		client, err := flags.client("certready-csr/" + version)
@@ -77,7 +79,7 @@ func newCSRCommand() *cobra.Command {
 			}
 			rows = kept
 		}
-		if err := printCSRs(cmd.OutOrStdout(), output, rows, time.Now()); err != nil {
+		if err := printCSRs(cmd.OutOrStdout(), output, noHeaders, rows, time.Now()); err != nil {
 			return fail(err)
 		}
 		return nil
@@ -86,11 +88,42 @@ func newCSRCommand() *cobra.Command {
 	return cmd
 }
 
+// checkOutput refuses an output other than json or yaml, for the commands
+// that print one document (csr explain, ledger verify).
 func checkOutput(output string) error {
 	if output != "" && output != "json" && output != "yaml" {
-		return fmt.Errorf("--output=%s: want json or yaml (empty: a table)", output)
+		return fmt.Errorf("--output=%s: want json or yaml (empty: text)", output)
 	}
 	return nil
+}
+
+// checkListOutput refuses an output no list command has, or a template
+// that does not parse, before the cluster is read.
+func checkListOutput(output string) error {
+	if output == "" {
+		return nil
+	}
+	_, ok, err := newDocPrinter(output, false, "")
+	if !ok {
+		return fmt.Errorf("--output=%s: want %s (empty: a table)", output, docOutputs)
+	}
+	return err
+}
+
+// printDoc writes doc in output, one of kubectl's printers (checkOutput
+// has accepted it), the rows for custom-columns under rowsKey.
+func printDoc(w io.Writer, output string, noHeaders bool, rowsKey string, doc any) error {
+	p, _, err := newDocPrinter(output, noHeaders, rowsKey)
+	if err != nil {
+		return err
+	}
+	return p(w, doc)
+}
+
+// outputHelp is -o's help for a list command whose document holds its
+// rows under rowsKey.
+func outputHelp(rowsKey, what string) string {
+	return "Output format: json or yaml of {\"" + rowsKey + "\": [...]}, over it: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each " + what + "'s json: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table."
 }
 
 // listKubeletServingCSRs lists the kubelet-serving CSRs, in pages.
@@ -109,12 +142,17 @@ func listKubeletServingCSRs(ctx context.Context, client kubernetes.Interface) ([
 	return out, nil
 }
 
-func printCSRs(w io.Writer, output string, rows []fleet.CSRRow, now time.Time) error {
-	if output != "" {
-		return printDocument(w, output, map[string]any{"csrs": rows})
+func printCSRs(w io.Writer, output string, noHeaders bool, rows []fleet.CSRRow, now time.Time) error {
+	if rows == nil {
+		rows = []fleet.CSRRow{}
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tNODE\tAGE\tSTAGE\tRULE\tCERT NOT AFTER")
+	if output != "" {
+		return printDoc(w, output, noHeaders, "csrs", map[string]any{"csrs": rows})
+	}
+	tw := newTable(w)
+	if !noHeaders {
+		fmt.Fprintln(tw, "NAME\tNODE\tAGE\tSTAGE\tRULE\tCERT NOT AFTER")
+	}
 	for _, r := range rows {
 		notAfter := "-"
 		if r.Certificate != nil {

@@ -194,7 +194,7 @@ func TestPrintCSRsAndExplanation(t *testing.T) {
 			Certificate: &fleet.IssuedCert{Fingerprint: strings.Repeat("ab", 32), NotBefore: now.Add(-3 * time.Hour), NotAfter: notAfter, Subject: "CN=system:node:w1,O=system:nodes", IPAddresses: []string{"192.0.2.11"}}},
 	}
 	var table bytes.Buffer
-	if err := printCSRs(&table, "", rows, now); err != nil {
+	if err := printCSRs(&table, "", false, rows, now); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(table.String()), "\n")

@@ -53,7 +53,7 @@ func TestTablesPrintNoControlCharactersFromTheCluster(t *testing.T) {
 		}
 	}
 
-	check("csr", func(b *bytes.Buffer) error { return printCSRs(b, "", []fleet.CSRRow{csrRow}, now) }, 2)
+	check("csr", func(b *bytes.Buffer) error { return printCSRs(b, "", false, []fleet.CSRRow{csrRow}, now) }, 2)
 	ex := Explanation{CSR: csrRow, Request: &RequestView{Subject: "CN=system:node:w1\x1b[8m", DNSNames: []string{hostileSAN},
 		EmailAddresses: []string{"a@b\n"}, URIs: []string{"spiffe://x\r"}, Key: "ECDSA P-256", Usages: []string{"server auth\x1b"}, Groups: []string{"system:nodes\n"}},
 		Decision: DecisionView{Rule: "SANDenied", Message: "SANDenied: " + hostileSAN + " " + hostileMsg}, ApproverConfig: "ns/approver"}
@@ -71,7 +71,7 @@ func TestTablesPrintNoControlCharactersFromTheCluster(t *testing.T) {
 	check("status", func(b *bytes.Buffer) error { return printStatus(b, "table", st, now, false) }, 2)
 	check("status -o wide", func(b *bytes.Buffer) error { return printStatus(b, "wide", st, now, false) }, 2)
 	check("verify", func(b *bytes.Buffer) error {
-		return printVerify(b, "", []fleet.Verification{{Node: "w1", Reason: "not ready now: " + hostileMsg,
+		return printVerify(b, "", false, []fleet.Verification{{Node: "w1", Reason: "not ready now: " + hostileMsg,
 			After: &fleet.Cert{Fingerprint: "ab\x1b[31m", NotAfter: "2027\r"}}})
 	}, 4)
 	check("preflight", func(b *bytes.Buffer) error {
@@ -84,7 +84,7 @@ func TestTablesPrintNoControlCharactersFromTheCluster(t *testing.T) {
 	// json and yaml carry the data itself, escaped by their encoders.
 	for _, output := range []string{"json", "yaml"} {
 		var doc bytes.Buffer
-		if err := printCSRs(&doc, output, []fleet.CSRRow{csrRow}, now); err != nil {
+		if err := printCSRs(&doc, output, false, []fleet.CSRRow{csrRow}, now); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range doc.Bytes() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +37,7 @@ func newPreflightCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&ruleFile, "rule", "", "A file holding the NodeReadinessRule to check (- for stdin). Empty: the rule of manifests/overlays/nrc.")
 	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
-	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	fs.StringVarP(&output, "output", "o", "", outputHelp("nodes", "node"))
 	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -49,10 +48,8 @@ func newPreflightCommand() *cobra.Command {
 		if err := refuseNamespace(cmd); err != nil {
 			return fail(err)
 		}
-		switch output {
-		case "", "table", "json", "yaml":
-		default:
-			return fail(fmt.Errorf("--output=%s: want json or yaml (empty: a table)", output))
+		if err := checkListOutput(output); err != nil {
+			return fail(err)
 		}
 		rule := fleet.ShippedRule()
 		if ruleFile != "" {
@@ -117,10 +114,10 @@ func printPreflight(out io.Writer, output string, noHeaders bool, rule fleet.Rul
 	} else {
 		doc["installProblems"] = nonNil(x.install)
 	}
-	if output == "json" || output == "yaml" {
-		return printDocument(out, output, doc)
+	if output != "" {
+		return printDoc(out, output, noHeaders, "nodes", doc)
 	}
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	if !noHeaders {
 		fmt.Fprintln(w, "NODE\tIF THE RULE IS CREATED NOW\tWHY")
 	}

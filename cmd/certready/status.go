@@ -9,11 +9,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
@@ -42,7 +42,7 @@ func newStatusCommand() *cobra.Command {
 	}
 	view := newFleetView(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, or over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>. Empty: a table.")
+	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
 	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
 	fs.StringVar(&sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
@@ -114,7 +114,7 @@ func summary(nodes, notReady, noAgent int) string {
 // from a file) over the json document.
 func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeStatus, time.Time) error, error) {
 	switch output {
-	case "", "table", "wide", "json", "yaml":
+	case "", "table", "wide":
 		if output == "" {
 			output = "table"
 		}
@@ -133,65 +133,19 @@ func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeS
 			return nil
 		}, nil
 	}
-	if p, ok, err := templatePrinter(output); ok {
-		if err != nil {
-			return nil, err
-		}
-		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
-			if rows == nil {
-				rows = []fleet.NodeStatus{}
-			}
-			data, err := json.Marshal(map[string]any{"nodes": rows})
-			if err != nil {
-				return err
-			}
-			doc := map[string]any{}
-			if err := json.Unmarshal(data, &doc); err != nil {
-				return err
-			}
-			return p.PrintObj(&unstructured.Unstructured{Object: doc}, w)
-		}, nil
-	}
-	return nil, fmt.Errorf("--output=%s: want wide, json, yaml, name, jsonpath=<template>, jsonpath-file=<file>, go-template=<template> or go-template-file=<file> (empty: a table)", output)
-}
-
-// templatePrinter is cli-runtime's printer for kubectl's template outputs
-// (jsonpath=, jsonpath-file=, go-template=, go-template-file=); ok is
-// false for any other output. A template that does not parse, or a file
-// that cannot be read, is an error naming the output.
-func templatePrinter(output string) (p printers.ResourcePrinter, ok bool, err error) {
-	kind, arg, _ := strings.Cut(output, "=")
-	var tmpl []byte
-	switch kind {
-	case "jsonpath", "go-template":
-		tmpl = []byte(arg)
-	case "jsonpath-file", "go-template-file":
-		if tmpl, err = os.ReadFile(arg); err != nil {
-			return nil, true, fmt.Errorf("--output=%s: %w", output, err)
-		}
-	default:
-		return nil, false, nil
-	}
-	// As kubectl's default --allow-missing-template-keys: the document
-	// leaves out empty fields (a ready node has no problem), and a filter
-	// over one must skip such rows, not fail.
-	if strings.HasPrefix(kind, "jsonpath") {
-		var jp *printers.JSONPathPrinter
-		if jp, err = printers.NewJSONPathPrinter(string(tmpl)); err == nil {
-			jp.AllowMissingKeys(true)
-			p = jp
-		}
-	} else {
-		var gt *printers.GoTemplatePrinter
-		if gt, err = printers.NewGoTemplatePrinter(tmpl); err == nil {
-			gt.AllowMissingKeys(true)
-			p = gt
-		}
+	p, ok, err := newDocPrinter(output, noHeaders, "nodes")
+	if !ok {
+		return nil, fmt.Errorf("--output=%s: want wide, name, %s (empty: a table)", output, docOutputs)
 	}
 	if err != nil {
-		return nil, true, fmt.Errorf("--output=%s: %w", output, err)
+		return nil, err
 	}
-	return p, true, nil
+	return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
+		if rows == nil {
+			rows = []fleet.NodeStatus{}
+		}
+		return p(w, map[string]any{"nodes": rows})
+	}, nil
 }
 
 func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.Time, noHeaders bool) error {
@@ -201,7 +155,7 @@ func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.T
 	if output == "json" || output == "yaml" {
 		return printDocument(w, output, map[string]any{"nodes": rows})
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	header := "NODE\tREADY\tCONDITION\tREASON\tAGE\tCERT EXPIRES\tCSR\tTAINTED\tBOOTSTRAP COMPLETED BY"
 	if output == "wide" {
 		header += "\tPROBLEM\tMESSAGE"
@@ -271,17 +225,12 @@ func dash(s string) string {
 	return s
 }
 
-// shortDuration writes d as kubectl writes ages: 45s, 12m, 5h, 3d.
+// shortDuration writes d as kubectl writes ages (duration.HumanDuration:
+// 45s, 12m, 5h30m, 3d5h, 2y), with a sign before a negative one (a clock
+// behind the cluster's).
 func shortDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + shortDuration(-d)
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
+	if d < 0 {
+		return "-" + duration.HumanDuration(-d)
 	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return duration.HumanDuration(d)
 }

@@ -152,7 +152,8 @@ func TestListAgentSetsByLabels(t *testing.T) {
 }
 
 // kubectl's template outputs, inline and from a file, run over the json
-// document; a template that does not parse or a missing file is named.
+// document, and custom-columns over each node's; a template or spec that
+// does not parse or a missing file is named.
 func TestStatusTemplateOutputs(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	rows := []fleet.NodeStatus{{Node: "w1", Ready: true}, {Node: "w2", Problem: "CSRPending"}}
@@ -164,6 +165,10 @@ func TestStatusTemplateOutputs(t *testing.T) {
 	if err := os.WriteFile(jp, []byte(`{.nodes[*].node}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	cc := dir + "/nodes.columns"
+	if err := os.WriteFile(cc, []byte("NAME   PROBLEM\n.node  .problem\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ output, want, wantErr string }{
 		{output: `go-template={{range .nodes}}{{.node}}={{.ready}};{{end}}`, want: "w1=true;w2=false;"},
 		{output: "go-template-file=" + gt, want: "w1=true;w2=false;"},
@@ -171,7 +176,11 @@ func TestStatusTemplateOutputs(t *testing.T) {
 		{output: "jsonpath-file=" + jp, want: "w1 w2"},
 		{output: "go-template={{range .nodes}", wantErr: "--output=go-template={{range .nodes}: "},
 		{output: "jsonpath-file=" + dir + "/missing", wantErr: "no such file"},
-		{output: "custom", wantErr: "want wide, json, yaml, name, jsonpath=<template>"},
+		{output: "custom-columns=NAME:.node,READY:.ready,PROBLEM:.problem", want: "NAME   READY   PROBLEM\nw1     true    <none>\nw2     false   CSRPending\n"},
+		{output: "custom-columns-file=" + cc, want: "NAME   PROBLEM\nw1     <none>\nw2     CSRPending\n"},
+		{output: "custom-columns=NAME", wantErr: "expected <header>:<json-path-expr>"},
+		{output: "custom-columns=NAME:{.node", wantErr: "column NAME"},
+		{output: "custom", wantErr: "want wide, name, json, yaml, jsonpath=<template>"},
 	} {
 		p, err := statusPrinter(tc.output, false)
 		if tc.wantErr != "" {
@@ -186,6 +195,62 @@ func TestStatusTemplateOutputs(t *testing.T) {
 		var out bytes.Buffer
 		if err := p(&out, rows, now); err != nil || out.String() != tc.want {
 			t.Errorf("-o %s = %q, %v; want %q", tc.output, out.String(), err, tc.want)
+		}
+	}
+}
+
+// The list commands share kubectl's printers: every one takes the same
+// outputs, with custom-columns over its own rows and --no-headers.
+func TestListCommandsShareThePrinters(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	csrs := []fleet.CSRRow{{Name: "csr-a", Node: "w1", Stage: "issued", Created: now.Add(-90 * time.Minute)}, {Name: "csr-b", Node: "w2", Stage: "pending", Rule: "SANDenied", Created: now}}
+	verified := []fleet.Verification{{Node: "w1", Passed: true}, {Node: "w2", Reason: "not ready now"}}
+	pre := []fleet.Row{{Node: "w1", Outcome: fleet.Stays, Why: "no agent"}}
+	for _, tc := range []struct {
+		name  string
+		print func(w *bytes.Buffer, output string, noHeaders bool) error
+		cc    string
+		want  string
+	}{
+		{"csr", func(w *bytes.Buffer, o string, nh bool) error { return printCSRs(w, o, nh, csrs, now) },
+			"custom-columns=NAME:.name,RULE:.rule", "csr-a   <none>\ncsr-b   SANDenied\n"},
+		{"verify", func(w *bytes.Buffer, o string, nh bool) error { return printVerify(w, o, nh, verified) },
+			"custom-columns=NODE:.node,PASSED:.passed", "w1    true\nw2    false\n"},
+		{"preflight", func(w *bytes.Buffer, o string, nh bool) error {
+			return printPreflight(w, o, nh, fleet.ShippedRule(), pre, 1, preflightExtras{})
+		}, "custom-columns=NODE:.node,OUTCOME:.outcome", "w1    StaysTainted\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := tc.print(&b, tc.cc, true); err != nil || b.String() != tc.want {
+				t.Errorf("-o %s --no-headers = %q, %v; want %q", tc.cc, b.String(), err, tc.want)
+			}
+			b.Reset()
+			if err := tc.print(&b, "jsonpath={.nodes[0].node}{.csrs[0].name}", false); err != nil || (b.String() != "w1" && b.String() != "csr-a") {
+				t.Errorf("-o jsonpath = %q, %v", b.String(), err)
+			}
+			b.Reset()
+			if err := tc.print(&b, "", true); err != nil || strings.Contains(b.String(), "NODE") || strings.Contains(b.String(), "NAME") {
+				t.Errorf("table --no-headers printed a header, or failed (%v):\n%s", err, b.String())
+			}
+		})
+	}
+	if err := checkListOutput("wide"); err == nil || !strings.Contains(err.Error(), "custom-columns=<spec>") {
+		t.Errorf("checkListOutput(wide) = %v, want the outputs named", err)
+	}
+	if err := checkOutput("jsonpath={.x}"); err == nil {
+		t.Error("csr explain and ledger verify print one document: json or yaml only")
+	}
+}
+
+// Ages as kubectl writes them (duration.HumanDuration).
+func TestShortDurationIsKubectls(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		45 * time.Second: "45s", 12 * time.Minute: "12m", 5*time.Hour + 30*time.Minute: "5h30m",
+		3*24*time.Hour + 5*time.Hour: "3d5h", 800 * 24 * time.Hour: "2y70d", -90 * time.Second: "-90s",
+	} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +19,7 @@ import (
 // renewal. Exit 0: every node passed; 1: some did not; 2: error.
 func newVerifyCommand() *cobra.Command {
 	var baseline, output string
+	var noHeaders bool
 	var caChange bool
 	cmd := &cobra.Command{
 		Use:     "verify --baseline before.json",
@@ -36,7 +36,8 @@ func newVerifyCommand() *cobra.Command {
 	view := newFleetView(cmd) // -l selects now and in the baseline
 	fs := cmd.Flags()
 	fs.StringVar(&baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
-	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a table.")
+	fs.StringVarP(&output, "output", "o", "", outputHelp("nodes", "node"))
+	fs.BoolVar(&noHeaders, "no-headers", false, "Table and custom-columns output: no header line and no summary.")
 	fs.BoolVar(&caChange, "expect-ca-change", false, "The renewal is a CA rotation's re-issue: each node must chain to another CA than in the baseline. Without it, a node whose CA changed fails.")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready verify: %v\n", err); return exitCode(2) }
@@ -46,7 +47,7 @@ func newVerifyCommand() *cobra.Command {
 		if err := refuseNamespace(cmd); err != nil {
 			return fail(err)
 		}
-		if err := checkOutput(output); err != nil {
+		if err := checkListOutput(output); err != nil {
 			return fail(err)
 		}
 		before, err := readBaseline(baseline)
@@ -61,7 +62,7 @@ func newVerifyCommand() *cobra.Command {
 			before = selected(before, nodes)
 		}
 		rows := fleet.Verify(before, now, caChange)
-		if err := printVerify(cmd.OutOrStdout(), output, rows); err != nil {
+		if err := printVerify(cmd.OutOrStdout(), output, noHeaders, rows); err != nil {
 			return fail(err)
 		}
 		for _, r := range rows {
@@ -114,15 +115,17 @@ func selected(before []fleet.NodeStatus, nodes []corev1.Node) []fleet.NodeStatus
 	return out
 }
 
-func printVerify(w io.Writer, output string, rows []fleet.Verification) error {
+func printVerify(w io.Writer, output string, noHeaders bool, rows []fleet.Verification) error {
 	if rows == nil {
 		rows = []fleet.Verification{}
 	}
 	if output != "" {
-		return printDocument(w, output, map[string]any{"nodes": rows})
+		return printDoc(w, output, noHeaders, "nodes", map[string]any{"nodes": rows})
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tRESULT\tBEFORE\tAFTER\tNOT AFTER\tREASON")
+	tw := newTable(w)
+	if !noHeaders {
+		fmt.Fprintln(tw, "NODE\tRESULT\tBEFORE\tAFTER\tNOT AFTER\tREASON")
+	}
 	passed := 0
 	for _, r := range rows {
 		result, before, after, notAfter := "FAIL", "-", "-", "-"

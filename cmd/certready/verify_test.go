@@ -52,7 +52,7 @@ func TestPrintVerifyTable(t *testing.T) {
 		{Node: "w1", Passed: true, Before: &fleet.Cert{Fingerprint: fp("a")}, After: &fleet.Cert{Fingerprint: fp("b"), NotAfter: "2027-02-01T00:00:00Z"}},
 	}
 	var b bytes.Buffer
-	if err := printVerify(&b, "", rows); err != nil {
+	if err := printVerify(&b, "", false, rows); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -131,9 +131,9 @@ const (
 
 // Row is one node's preflight line.
 type Row struct {
-	Node    string
-	Outcome Outcome
-	Why     string
+	Node    string  `json:"node"`
+	Outcome Outcome `json:"outcome"`
+	Why     string  `json:"why,omitempty"`
 }
 
 // Preflight says, for every node, what creating rule would do now. A
