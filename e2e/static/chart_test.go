@@ -344,7 +344,7 @@ var everyValue = map[string]any{
 	"criticalPodsQuota": map[string]any{"enabled": false},
 	// metrics.secure=false: TestChartPlainMetricsOptIn.
 	"metrics": map[string]any{"certSecret": "certready-metrics-tls", "readerSubjects": []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}}},
-	"monitoring": map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+	"monitoring": map[string]any{"labels": map[string]any{"release": "kube-prometheus-stack"}, "prometheusRule": map[string]any{"enabled": true, "kubeletExpiryAlerts": false}, "dashboard": map[string]any{"enabled": true},
 		"serviceMonitor": map[string]any{"enabled": true, "interval": "1m", "tlsConfig": map[string]any{"serverName": "certready-metrics.platform-certs.svc", "ca": map[string]any{"secret": map[string]any{"name": "certready-metrics-tls", "key": "ca.crt"}}}}},
 	"npd":          map[string]any{"enabled": false},
 	"commonLabels": map[string]any{"example.com/cost-center": "platform"},
@@ -436,6 +436,9 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"commonLabels on every object", len(raw) == countLabelled(raw, "example.com/cost-center", "platform")},
 		{"extraObjects, maps and strings, through tpl", len(kinds["ConfigMap"]) >= 2 && strings.Contains(mustJSON(kinds["ConfigMap"]), `"name":"certready-extra"`) &&
 			strings.Contains(mustJSON(kinds["ConfigMap"]), `"name":"extra-from-string","namespace":"certready-system"`)},
+		{"monitoring.prometheusRule.kubeletExpiryAlerts=false: the kubelet expiry alerts left to kube-prometheus-stack, the others kept",
+			!strings.Contains(mustJSON(kinds["PrometheusRule"]), "CertReadyKubeletServingCertExpiringSoon") && !strings.Contains(mustJSON(kinds["PrometheusRule"]), "CertReadyKubeletClientCertExpiringCritical") &&
+				strings.Contains(mustJSON(kinds["PrometheusRule"]), "CertReadyClusterCAExpiringSoon") && strings.Contains(mustJSON(kinds["PrometheusRule"]), "CertReadyKubeletServingCertNotReady")},
 		{"the release in the selectors", approver.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] == "certready" && agent.Spec.Template.Labels["app.kubernetes.io/instance"] == "certready"},
 		{"approver.topologySpreadConstraints", len(p.TopologySpreadConstraints) == 1 && p.TopologySpreadConstraints[0].TopologyKey == "topology.kubernetes.io/zone"},
 		{"approver.replicas", *approver.Spec.Replicas == 3},

@@ -39,15 +39,25 @@ import (
 
 // dashboard is what the test reads of a Grafana dashboard.
 type dashboard struct {
-	UID    string `json:"uid"`
-	Title  string `json:"title"`
+	UID        string `json:"uid"`
+	Title      string `json:"title"`
+	Templating struct {
+		List []struct {
+			Name     string `json:"name"`
+			AllValue string `json:"allValue"`
+		} `json:"list"`
+	} `json:"templating"`
 	Panels []struct {
 		Title   string `json:"title"`
+		Type    string `json:"type"`
 		Targets []struct {
 			Expr string `json:"expr"`
 		} `json:"targets"`
 	} `json:"panels"`
 }
+
+// selectorOf finds each certready metric's label matchers in a query.
+var selectorOf = regexp.MustCompile(`\b(certready_[a-z0-9_]+)(\{[^}]*\})?`)
 
 // metricName finds certready's metrics in a query (every one is prefixed).
 var metricName = regexp.MustCompile(`\bcertready_[a-z0-9_]+\b`)
@@ -105,6 +115,36 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 	promtoolCheckRules(t, rules)
+
+	// One Prometheus may hold several clusters: every query is narrowed
+	// by the cluster variable, and the agents' (per node) by the node
+	// variable too; "All" matches series without the label.
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.AllValue
+	}
+	for _, name := range []string{"cluster", "node"} {
+		if all, ok := vars[name]; !ok || all != ".*" {
+			t.Errorf("no %s variable whose All matches every series (allValue .*): %v", name, vars)
+		}
+	}
+	table := false
+	for _, p := range d.Panels {
+		table = table || (p.Type == "table" && strings.Contains(p.Targets[0].Expr, "by (cluster, node)"))
+		for _, target := range p.Targets {
+			for _, m := range selectorOf.FindAllStringSubmatch(target.Expr, -1) {
+				if !strings.Contains(m[2], `cluster=~"$cluster"`) {
+					t.Errorf("panel %q: %s is not narrowed to $cluster: %s", p.Title, m[1], target.Expr)
+				}
+				if strings.HasPrefix(m[1], "certready_approver_") == strings.Contains(m[2], `node=~"$node"`) {
+					t.Errorf("panel %q: %s and the node variable (agents' metrics only): %s", p.Title, m[1], target.Expr)
+				}
+			}
+		}
+	}
+	if !table {
+		t.Error("no per-node table panel (by cluster and node)")
+	}
 	served := liveMetricNames(t)
 	for name, panels := range used {
 		family := name
