@@ -8,17 +8,18 @@ what=${1:-test}
 
 # program:Debian package, per goal. The local cluster (demo, e2e, bench)
 # needs root, a network namespace (ip, nsenter, unshare) and one DNAT rule
-# (iptables); the manifest checks need promtool; the suite calls kubectl.
+# (iptables); the manifest checks need promtool, the suite a Prometheus
+# server (the same package) and kubectl.
 common=(go:golang-go git:git)
 cluster=(kubectl:kubectl iptables:iptables ip:iproute2 nsenter:util-linux unshare:util-linux openssl:openssl)
 # kind (make e2e-kind, make kind-up): a Docker client (the engine must run
 # already), and what the offline node image is built with: debootstrap for
 # its root file system, gcc and the static libc for the pause binary, jq.
-kind=(kubectl:kubectl docker:docker.io debootstrap:debootstrap gcc:gcc jq:jq)
+kind=(kubectl:kubectl docker:docker.io debootstrap:debootstrap gcc:gcc jq:jq prometheus:prometheus)
 case "$what" in
   unit) want=("${common[@]}") ;;
   demo) want=("${common[@]}" "${cluster[@]}") ;;
-  test) want=("${common[@]}" "${cluster[@]}" promtool:prometheus) ;;
+  test) want=("${common[@]}" "${cluster[@]}" promtool:prometheus prometheus:prometheus) ;;
   kind) want=("${common[@]}" "${kind[@]}") ;;
   *) echo "prereqs: unknown goal '$what' (test, demo, unit or kind)" >&2; exit 2 ;;
 esac

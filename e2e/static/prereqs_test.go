@@ -12,7 +12,7 @@ import (
 // PATH that holds exactly the given programs, as a fresh machine would.
 func TestPrereqsNameWhatIsMissing(t *testing.T) {
 	shell := []string{"bash", "env", "id", "dirname", "sed"}
-	all := []string{"go", "git", "kubectl", "iptables", "ip", "nsenter", "unshare", "openssl", "promtool", "docker", "debootstrap", "gcc", "jq"}
+	all := []string{"go", "git", "kubectl", "iptables", "ip", "nsenter", "unshare", "openssl", "promtool", "prometheus", "docker", "debootstrap", "gcc", "jq"}
 	for _, tc := range []struct {
 		name, goal  string
 		drop        []string
@@ -21,11 +21,13 @@ func TestPrereqsNameWhatIsMissing(t *testing.T) {
 	}{
 		{"everything present", "test", nil, true, []string{"all present"}},
 		{"no promtool fails make test before any long step", "test", []string{"promtool"}, false, []string{"promtool", "prometheus"}},
+		{"no Prometheus server fails make test (the suite evaluates the alerts)", "test", []string{"prometheus"}, false, []string{"missing prometheus"}},
 		{"the demo needs no promtool", "demo", []string{"promtool"}, true, nil},
 		{"no iptables fails the demo", "demo", []string{"iptables"}, false, []string{"iptables"}},
 		{"unit tests need no cluster tools", "unit", []string{"kubectl", "iptables", "ip", "promtool"}, true, nil},
 		{"kind's offline node image needs debootstrap", "kind", []string{"debootstrap"}, false, []string{"debootstrap"}},
 		{"kind needs no local-cluster tools", "kind", []string{"iptables", "nsenter", "promtool"}, true, nil},
+		{"kind's suite needs the Prometheus server", "kind", []string{"prometheus"}, false, []string{"prometheus"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

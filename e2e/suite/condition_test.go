@@ -2,9 +2,7 @@ package suite
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"strings"
 	"testing"
@@ -34,32 +32,7 @@ func TestStaleEndpointIsNamedAndRestartsNeverPublishFalse(t *testing.T) {
 	// by itself minutes later, possibly in the middle of this scenario
 	// (seen in CI: a fresh certificate served, and rightly published False).
 	w := cluster.Workers()[0]
-	name, key := requestServingCert(t, ctx, w.Name, w.IP)
-	issued := waitIssued(t, ctx, name, time.Minute)
-
-	oldTarget, err := cluster.ServingTarget(ctx, w.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Lay the renewed pair out exactly as the kubelet does: a new
-	// timestamped 0600 file, then an absolute symlink renamed onto -current.
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair := append(append([]byte{}, issued.Status.Certificate...), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...)
-	newName := "kubelet-server-" + time.Now().UTC().Format("2006-01-02-15-04-05") + "-e2e.pem"
-	newPath, err := cluster.WriteServingFile(ctx, w.Name, newName, pair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	swap := func(target string) {
-		t.Helper()
-		if err := cluster.PointServingAt(ctx, w.Name, target); err != nil {
-			t.Fatal(err)
-		}
-	}
-	swap(newPath)
+	restore := serveStaleEndpoint(t, ctx, w.Name, w.IP)
 	c := certCondition(waitCondition(t, ctx, w.Name, time.Minute, "EndpointCertificateMismatch", hasReason("EndpointCertificateMismatch", corev1.ConditionTrue)))
 	t.Logf("stale endpoint: %s", c.Message)
 
@@ -100,7 +73,7 @@ func TestStaleEndpointIsNamedAndRestartsNeverPublishFalse(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("apiserver restarted in %s", time.Since(start).Round(time.Millisecond))
-	swap(oldTarget)
+	restore()
 	waitCondition(t, ctx, w.Name, 2*time.Minute, "ready again after the old certificate is back", readyAndUntainted)
 	for _, n := range cluster.Workers() {
 		if c := certCondition(node(t, ctx, n.Name)); c.Status != corev1.ConditionFalse {

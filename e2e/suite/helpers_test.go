@@ -6,6 +6,8 @@ package suite
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"strings"
 	"sync"
@@ -317,4 +319,34 @@ func isDeployed() bool {
 	deployment.Lock()
 	defer deployment.Unlock()
 	return deployment.done
+}
+
+// serveStaleEndpoint lays a newly issued serving certificate on node's
+// disk while its kubelet keeps serving the old one (the agent says
+// EndpointCertificateMismatch), and returns what points it back.
+func serveStaleEndpoint(t *testing.T, ctx context.Context, node, ip string) (restore func()) {
+	t.Helper()
+	name, key := requestServingCert(t, ctx, node, ip)
+	issued := waitIssued(t, ctx, name, time.Minute)
+	old, err := cluster.ServingTarget(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := append(append([]byte{}, issued.Status.Certificate...), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})...)
+	path, err := cluster.WriteServingFile(ctx, node, "kubelet-server-"+time.Now().UTC().Format("2006-01-02-15-04-05")+"-e2e.pem", pair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.PointServingAt(ctx, node, path); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := cluster.PointServingAt(context.Background(), node, old); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -27,47 +27,9 @@ import (
 func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	deployed(t)
-	cs := cluster.Clientset()
-	token := func(sa string) string {
-		t.Helper()
-		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cs.CoreV1().ServiceAccounts("default").Delete(context.Background(), sa, metav1.DeleteOptions{})
-		})
-		out, err := cluster.Kubectl(ctx, "-n", "default", "create", "token", sa, "--duration=10m")
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		return strings.TrimSpace(out)
-	}
-	scraper, nosy := token("e2e-prometheus"), token("e2e-nosy")
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-prometheus-certready-metrics"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "certready-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "e2e-prometheus", Namespace: "default"}},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), "e2e-prometheus-certready-metrics", metav1.DeleteOptions{})
-	})
-
-	// The shipped ServiceMonitor's TLS: the certificate the approver keeps
-	// in certready-metrics-tls, verified with that Secret's ca.crt for the
-	// name certready-metrics, and nothing else.
-	var caPEM []byte
-	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver fills certready-metrics-tls", func() (bool, error) {
-		s, err := cs.CoreV1().Secrets(deploy.Namespace).Get(ctx, "certready-metrics-tls", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		caPEM = s.Data["ca.crt"]
-		return len(caPEM) > 0 && len(s.Data["tls.crt"]) > 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	scraper, nosy := saToken(t, ctx, "e2e-prometheus"), saToken(t, ctx, "e2e-nosy")
+	bindMetricsReader(t, ctx, "e2e-prometheus")
+	caPEM := metricsCA(t, ctx)
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("ca.crt holds no certificate: %.200q", caPEM)
@@ -119,4 +81,59 @@ func TestAgentMetricsOnlyForAuthorizedScrapers(t *testing.T) {
 		}
 		t.Logf("%s: %s served to the bound scraper only", n.Name, url)
 	}
+}
+
+// saToken is a ten-minute token of ServiceAccount sa in default, made for
+// the test and deleted after it.
+func saToken(t *testing.T, ctx context.Context, sa string) string {
+	t.Helper()
+	cs := cluster.Clientset()
+	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().ServiceAccounts("default").Delete(context.Background(), sa, metav1.DeleteOptions{})
+	})
+	out, err := cluster.Kubectl(ctx, "-n", "default", "create", "token", sa, "--duration=10m")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// bindMetricsReader binds ServiceAccount default/sa to the shipped
+// certready-metrics-reader ClusterRole, as a Prometheus is bound.
+func bindMetricsReader(t *testing.T, ctx context.Context, sa string) {
+	t.Helper()
+	cs := cluster.Clientset()
+	name := sa + "-certready-metrics"
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "certready-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: "default"}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// metricsCA is the CA the shipped ServiceMonitor verifies the metrics
+// endpoints with: ca.crt of the certready-metrics-tls Secret the approver
+// fills.
+func metricsCA(t *testing.T, ctx context.Context) []byte {
+	t.Helper()
+	var caPEM []byte
+	if err := localcluster.Poll(ctx, 3*time.Minute, "the approver fills certready-metrics-tls", func() (bool, error) {
+		s, err := cluster.Clientset().CoreV1().Secrets(deploy.Namespace).Get(ctx, "certready-metrics-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		caPEM = s.Data["ca.crt"]
+		return len(caPEM) > 0 && len(s.Data["tls.crt"]) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return caPEM
 }
