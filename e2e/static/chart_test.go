@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
+	helmrelease "helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -69,16 +70,7 @@ func renderAs(t *testing.T, release string, values map[string]any) ([]map[string
 // beyond Kubernetes' own.
 func renderOn(t *testing.T, release string, apis chartutil.VersionSet, values map[string]any) ([]map[string]any, error) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatalf("loading the chart: %v", err)
-	}
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, "certready-system"
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	install.APIVersions = apis
-	rel, err := install.Run(ch, values)
+	rel, err := renderRelease(t, release, apis, values)
 	if err != nil {
 		return nil, err
 	}
@@ -89,16 +81,7 @@ func renderOn(t *testing.T, release string, apis chartutil.VersionSet, values ma
 // serves apis beyond Kubernetes' own.
 func renderHooks(t *testing.T, apis chartutil.VersionSet, values map[string]any) []map[string]any {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatalf("loading the chart: %v", err)
-	}
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "certready", "certready-system"
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	install.APIVersions = apis
-	rel, err := install.Run(ch, values)
+	rel, err := renderRelease(t, "certready", apis, values)
 	if err != nil {
 		t.Fatalf("helm template with %v: %v", values, err)
 	}
@@ -107,6 +90,23 @@ func renderHooks(t *testing.T, apis chartutil.VersionSet, values map[string]any)
 		out = append(out, splitYAML(t, h.Manifest)...)
 	}
 	return out
+}
+
+// renderRelease is `helm template <release> charts/certready -n
+// certready-system --kube-version 1.37.2 --api-versions ...` through the
+// Helm SDK.
+func renderRelease(t *testing.T, release string, apis chartutil.VersionSet, values map[string]any) (*helmrelease.Release, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = release, "certready-system"
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	install.APIVersions = apis
+	return install.Run(ch, values)
 }
 
 func mustRender(t *testing.T, values map[string]any) []map[string]any {
