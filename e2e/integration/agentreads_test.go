@@ -155,7 +155,7 @@ func TestAgentConditionPatchKeepsOtherConditions(t *testing.T) {
 	}
 	now := metav1.Now()
 	if err := condition.NewClient(client).PatchCondition(ctx, "cond-w1", corev1.NodeCondition{Type: "KubeletServingCertNotReady",
-		Status: corev1.ConditionTrue, Reason: "CertificateMissing", Message: "m", LastHeartbeatTime: now, LastTransitionTime: now}); err != nil {
+		Status: corev1.ConditionTrue, Reason: "CertificateMissing", Message: "m", LastHeartbeatTime: now, LastTransitionTime: now}, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := client.GetNode(ctx, "cond-w1")

@@ -27,6 +27,8 @@ import (
 
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/nodeapi"
+	"github.com/certready/certready/reporter/agent/condition"
 )
 
 // shippedPolicy creates the admission policy name and its binding as
@@ -255,7 +257,8 @@ func TestAgentStatusWritesOnTheRealAPIServer(t *testing.T) {
 	if _, err := api.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	as := kubernetes.NewForConfigOrDie(agentOnNode(t, ctx, ns, sa, node.Name))
+	agentConfig := agentOnNode(t, ctx, ns, sa, node.Name)
+	as := kubernetes.NewForConfigOrDie(agentConfig)
 	status := func(s map[string]any) func(bool) error {
 		return func(dryRun bool) error {
 			body, _ := json.Marshal(map[string]any{"status": s})
@@ -263,8 +266,17 @@ func TestAgentStatusWritesOnTheRealAPIServer(t *testing.T) {
 			return err
 		}
 	}
+	meta := func(annotations map[string]any) func(bool) error {
+		return func(dryRun bool) error {
+			body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+			_, err := as.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{DryRun: dryRunOf(dryRun)}, "status")
+			return err
+		}
+	}
 	yes := true
 	runConfinement(t, ctx, "certready-agent-node-confinement", []confinementCase{
+		{"another annotation", meta(map[string]any{"example.com/x": "y"}), false},
+		{"facts over 1024 bytes", meta(map[string]any{names.FactsAnnotation: strings.Repeat("x", 1025)}), false},
 		{"images", status(map[string]any{"images": []corev1.ContainerImage{{Names: []string{"registry.example/evil:1"}, SizeBytes: 1}}}), false},
 		{"volumesInUse", status(map[string]any{"volumesInUse": []string{}}), false},
 		{"volumesAttached", status(map[string]any{"volumesAttached": []corev1.AttachedVolume{}}), false},
@@ -275,6 +287,74 @@ func TestAgentStatusWritesOnTheRealAPIServer(t *testing.T) {
 			Type: names.ConditionType, Status: corev1.ConditionTrue, Reason: "CSRPending", Message: "integration",
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
 		}}}), true},
+	})
+
+	// The agent's own write: the condition and its facts in one request
+	// to nodes/status, which persists both; a not-ready one removes them.
+	facts := `{"notAfter":"2027-12-01T12:00:00Z","sha256":"` + strings.Repeat("ab", 32) + `"}`
+	write := func(status corev1.ConditionStatus, value *string) *corev1.Node {
+		t.Helper()
+		client, err := nodeapi.New(agentConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = condition.NewClient(client).PatchCondition(ctx, node.Name, corev1.NodeCondition{
+			Type: names.ConditionType, Status: status, Reason: "Integration", Message: "integration",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}, map[string]*string{names.FactsAnnotation: value})
+		if err != nil {
+			t.Fatalf("the agent's write of %s with its facts: %v", status, err)
+		}
+		n, err := api.Admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := write(corev1.ConditionFalse, &facts)
+	if c := localcluster.NodeCondition(n, names.ConditionType); c == nil || c.Status != corev1.ConditionFalse || n.Annotations[names.FactsAnnotation] != facts {
+		t.Errorf("after one status patch: condition %+v, annotation %q; want False and the facts", c, n.Annotations[names.FactsAnnotation])
+	}
+	n = write(corev1.ConditionTrue, nil)
+	if c := localcluster.NodeCondition(n, names.ConditionType); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("condition %+v, want True", c)
+	}
+	if v, ok := n.Annotations[names.FactsAnnotation]; ok {
+		t.Errorf("the facts %q stayed beside a not-ready condition", v)
+	}
+}
+
+// Nobody but the agent writes the facts of its condition: not an
+// administrator's kubectl annotate, nor, by the same rule, the kubelet or
+// any other holder of nodes patch. Other annotations stay theirs.
+func TestOnlyTheAgentWritesTheFacts(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	shippedPolicy(t, ctx, "certready-condition-writers")
+	const ns, sa = "certready-system", "certready-agent"
+	node, err := api.Admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "conf-facts"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	annotate := func(cs kubernetes.Interface, subresource ...string) func(string, *string) func(bool) error {
+		return func(key string, value *string) func(bool) error {
+			return func(dryRun bool) error {
+				body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{key: value}}})
+				_, err := cs.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{DryRun: dryRunOf(dryRun)}, subresource...)
+				return err
+			}
+		}
+	}
+	admin := annotate(api.Admin)
+	agent := annotate(kubernetes.NewForConfigOrDie(agentOnNode(t, ctx, ns, sa, node.Name)), "status")
+	facts, forged := `{"notAfter":"2027-12-01T12:00:00Z","sha256":"`+strings.Repeat("ab", 32)+`"}`, `{"notAfter":"2099-01-01T00:00:00Z","sha256":"`+strings.Repeat("cd", 32)+`"}`
+	runConfinement(t, ctx, "certready-condition-writers", []confinementCase{
+		{"an administrator sets the facts", admin(names.FactsAnnotation, &forged), false},
+		{"an administrator annotates otherwise", admin("example.com/owner", &forged), true},
+		{"the agent sets its facts", agent(names.FactsAnnotation, &facts), true},
+		{"an administrator changes them", admin(names.FactsAnnotation, &forged), false},
+		{"an administrator removes them", admin(names.FactsAnnotation, nil), false},
+		{"the agent removes them", agent(names.FactsAnnotation, nil), true},
 	})
 }
 

@@ -182,7 +182,7 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 	t.Logf("%s ready and untainted %s after the firewall let the API server through: %s", name, time.Since(start).Round(time.Second), certCondition(n).Message)
 	// The lift is evidence: a Node event by the approver naming who lifted
 	// it and the certificate it relied on.
-	facts, _ := verdict.ParseFacts(certCondition(n).Message)
+	facts, _ := verdict.NodeFacts(n, certCondition(n))
 	var lifted string
 	err = localcluster.Poll(ctx, time.Minute, "the approver's ReadinessTaintLifted event", func() (bool, error) {
 		evs, err := cluster.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{

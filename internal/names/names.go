@@ -38,6 +38,12 @@ const (
 	TaintKey   = "readiness.k8s.io/" + ConditionType
 	TaintValue = "pending"
 
+	// FactsAnnotation holds, on a Node whose condition is ready, the facts
+	// the agent proved about the serving certificate (verdict.Facts, as
+	// JSON), written in the same request as the condition and removed
+	// when it stops being ready. Only the agent may write it.
+	FactsAnnotation = "certready.io/serving-cert"
+
 	// CompletedAnnotation is set on a Node (to the time) when the
 	// approver's taint fallback lifted its readiness taint.
 	CompletedAnnotation = "certready.io/bootstrap-completed"

@@ -472,6 +472,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		// one no longer stands, and events must name the new one.
 		a.writer = condition.NewWriter(condition.Config{
 			Node: node.Name, NodeUID: node.UID, Type: a.cfg.ConditionType, Heartbeat: a.cfg.Heartbeat,
+			Annotation: names.FactsAnnotation,
 		}, condition.NewClient(a.client), a.recorder)
 		a.writerUID = node.UID
 	}
@@ -528,8 +529,11 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	a.noteDrift(ctx, node, in)
 
 	a.setStage("writing the condition")
-	out, err := a.writer.Write(ctx, now, condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message},
-		condition.Find(node, a.cfg.ConditionType))
+	d := condition.Desired{Status: v.Status, Reason: string(v.Reason), Message: v.Message}
+	if v.Facts != nil {
+		d.Annotation = v.Facts.Annotation()
+	}
+	out, err := a.writer.Write(ctx, now, d, node)
 	if err != nil {
 		a.metrics.writes.WithLabelValues("Error").Inc()
 		return 0, err
@@ -714,7 +718,8 @@ func (a *Agent) watchdog(ctx context.Context) {
 			LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := condition.NewClient(a.client).PatchCondition(wctx, a.cfg.NodeName, cond)
+		// The facts of a ready verdict go with it.
+		err := condition.NewClient(a.client).PatchCondition(wctx, a.cfg.NodeName, cond, map[string]*string{names.FactsAnnotation: nil})
 		cancel()
 		if err != nil {
 			a.metrics.writes.WithLabelValues("Error").Inc()

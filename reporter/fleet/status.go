@@ -109,16 +109,14 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 		if c != nil {
 			since, beat := c.LastTransitionTime.Time, c.LastHeartbeatTime.Time
 			s.Status, s.Reason, s.Message, s.Since, s.Heartbeat = c.Status, c.Reason, c.Message, &since, &beat
-			if c.Status == corev1.ConditionFalse {
-				if f, ok := verdict.ParseFacts(c.Message); ok {
-					s.NotAfter, s.CSR, s.Fingerprint = &f.NotAfter, f.CSR, f.Fingerprint.String()
-					s.AgentVersion = f.Agent
-					if !f.CA.IsZero() {
-						s.CAFingerprint, s.CANotAfter = f.CA.String(), &f.CANotAfter
-					}
-					if !f.ClientNotAfter.IsZero() {
-						s.ClientCertNotAfter = &f.ClientNotAfter
-					}
+			if f, ok := verdict.NodeFacts(n, c); ok {
+				s.NotAfter, s.CSR, s.Fingerprint = &f.NotAfter, f.CSR, f.Fingerprint.String()
+				s.AgentVersion = f.Agent
+				if !f.CA.IsZero() {
+					s.CAFingerprint, s.CANotAfter = f.CA.String(), &f.CANotAfter
+				}
+				if !f.ClientNotAfter.IsZero() {
+					s.ClientCertNotAfter = &f.ClientNotAfter
 				}
 			}
 		}

@@ -30,20 +30,25 @@ func TestStatusOnFixtures(t *testing.T) {
 		}
 		return n
 	}
-	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250" +
-		verdict.Facts{NotAfter: time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC), CSR: "csr-w1", Fingerprint: fingerprint.SHA256{0x01, 0x23},
-			CA: fingerprint.SHA256{0xca}, CANotAfter: time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC),
-			ClientNotAfter: time.Date(2027, 2, 3, 0, 0, 0, 0, time.UTC), Agent: "v1.2.3"}.String()
+	// The agent writes a sentence and the facts in an annotation; agents
+	// of the release candidates ended the sentence with them.
+	readyMsg := "serving certificate 0123456789abcdef valid until 2027-12-01T12:00:00Z, issued by CSR csr-w1 (created 2026-12-01T11:00:00Z); presented on 192.0.2.11:10250"
+	facts := verdict.Facts{NotAfter: time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC), CSR: "csr-w1", Fingerprint: fingerprint.SHA256{0x01, 0x23},
+		CA: fingerprint.SHA256{0xca}, CANotAfter: time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC),
+		ClientNotAfter: time.Date(2027, 2, 3, 0, 0, 0, 0, time.UTC), Agent: "v1.2.3"}
 	ready := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Minute)
+	trailer := " [notAfter=2027-12-01T12:00:00Z csr=csr-w1 sha256=" + facts.Fingerprint.String() + " ca=" + facts.CA.String() +
+		" caNotAfter=2035-01-01T00:00:00Z clientNotAfter=2027-02-03T00:00:00Z agent=v1.2.3]"
+	readyTrailer := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg+trailer, time.Minute)
 	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
-	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, time.Hour)
+	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg+trailer, time.Hour)
 	nodes := []corev1.Node{
-		node("w1", &ready, false, map[string]string{names.NRCCompletedPrefix + "kubelet-serving-cert": "true"}),
-		node("w2", &pending, true, nil),
+		node("w1", &ready, false, map[string]string{names.NRCCompletedPrefix + "kubelet-serving-cert": "true", names.FactsAnnotation: facts.Annotation()}),
+		node("w2", &pending, true, map[string]string{names.FactsAnnotation: facts.Annotation()}), // not ready: no facts
 		node("w3", nil, true, nil),
 		node("w4", &stale, false, nil),
-		node("w5", &ready, true, nil),
-		node("w6", &ready, false, map[string]string{names.CompletedAnnotation: "2026-12-01T11:00:00Z"}),
+		node("w5", &ready, true, map[string]string{names.FactsAnnotation: facts.Annotation()}),
+		node("w6", &readyTrailer, false, map[string]string{names.CompletedAnnotation: "2026-12-01T11:00:00Z"}),
 	}
 	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, fleet.DefaultStaleAfter, now)
 	byNode := map[string]fleet.NodeStatus{}
@@ -77,6 +82,9 @@ func TestStatusOnFixtures(t *testing.T) {
 	}
 	if na := byNode["w1"].NotAfter; na == nil || !na.Equal(time.Date(2027, 12, 1, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("w1 expiry %v", na)
+	}
+	if w1, w6 := byNode["w1"], byNode["w6"]; w1.Fingerprint != w6.Fingerprint || w1.CSR != w6.CSR || w1.AgentVersion != w6.AgentVersion {
+		t.Errorf("the annotation (w1) and the trailer (w6) read differently: %+v, %+v", w1, w6)
 	}
 	if v := byNode["w1"].AgentVersion; v != "v1.2.3" {
 		t.Errorf("w1's agent version %q", v)

@@ -1,6 +1,8 @@
 // Package condition decides when and how the node condition is written:
 // only this condition is touched (a strategic-merge patch of nodes/status
-// keyed by type), lastTransitionTime moves only when the status changes,
+// keyed by type), with at most one Node annotation in the same request
+// (the machine-readable facts behind the message), lastTransitionTime
+// moves only when the status changes,
 // lastHeartbeatTime on every write, unchanged content is rewritten only once
 // the heartbeat period has passed, and every transition leaves a Node event.
 package condition
@@ -22,7 +24,9 @@ import (
 // Client writes one condition of one node. The fake for tests is a
 // kubernetes fake clientset behind nodeapitest and NewClient.
 type Client interface {
-	PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error
+	// PatchCondition sets cond and, in the same request, each annotation
+	// (nil: removed).
+	PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition, annotations map[string]*string) error
 }
 
 // NewClient patches nodes/status through api.
@@ -30,8 +34,8 @@ func NewClient(api nodeapi.API) Client { return apiClient{api} }
 
 type apiClient struct{ api nodeapi.API }
 
-func (k apiClient) PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition) error {
-	patch, err := Patch(cond)
+func (k apiClient) PatchCondition(ctx context.Context, node string, cond corev1.NodeCondition, annotations map[string]*string) error {
+	patch, err := Patch(cond, annotations)
 	if err != nil {
 		return err
 	}
@@ -41,10 +45,16 @@ func (k apiClient) PatchCondition(ctx context.Context, node string, cond corev1.
 	return nil
 }
 
-// Patch is the strategic-merge patch that sets cond and nothing else: node
-// conditions merge by type, so other conditions are left as they are.
-func Patch(cond corev1.NodeCondition) ([]byte, error) {
-	return json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+// Patch is the strategic-merge patch that sets cond and the annotations
+// (nil: removed) and nothing else: node conditions merge by type and
+// annotations by key, so the others are left as they are. The status
+// subresource persists metadata too, so one request carries both.
+func Patch(cond corev1.NodeCondition, annotations map[string]*string) ([]byte, error) {
+	p := map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}}
+	if len(annotations) > 0 {
+		p["metadata"] = map[string]any{"annotations": annotations}
+	}
+	return json.Marshal(p)
 }
 
 // PatchType is the patch type Patch produces.
@@ -55,6 +65,9 @@ type Desired struct {
 	Status  corev1.ConditionStatus
 	Reason  string
 	Message string
+	// Annotation is the value of Config.Annotation to write with the
+	// condition ("": the annotation is removed).
+	Annotation string
 }
 
 // Config configures a Writer.
@@ -63,6 +76,9 @@ type Config struct {
 	NodeUID   types.UID
 	Type      corev1.NodeConditionType
 	Heartbeat time.Duration
+	// Annotation is the Node annotation written with the condition, to
+	// Desired.Annotation ("": none).
+	Annotation string
 }
 
 // Outcome says what Write did.
@@ -81,6 +97,7 @@ type Writer struct {
 	client   Client
 	recorder Recorder
 	last     *corev1.NodeCondition // what this process last wrote
+	lastAnno string                // and the annotation it wrote with it
 }
 
 // Recorder records events (record.EventRecorder and nodeapi.NodeEvents
@@ -94,16 +111,23 @@ func NewWriter(cfg Config, client Client, recorder Recorder) *Writer {
 	return &Writer{cfg: cfg, client: client, recorder: recorder}
 }
 
-// Write publishes d at now. current is the condition as the node shows it
-// (from the informer; nil if absent). The newer of current and this
-// process's last write is the baseline, so a restart keeps the node's
-// lastTransitionTime and a lagging informer does not cause a rewrite. The
+// Write publishes d at now. node is the Node as the informer shows it (nil
+// if unknown). The newer of its condition and this process's last write is
+// the baseline, so a restart keeps the node's lastTransitionTime and a
+// lagging informer does not cause a rewrite. The
 // first write of a process always goes out: its heartbeat says that a
 // running agent checked, which is what the taint fallback's freshness rule
 // (and any reader of lastHeartbeatTime) relies on after an agent outage.
-func (w *Writer) Write(ctx context.Context, now time.Time, d Desired, current *corev1.NodeCondition) (Outcome, error) {
-	base := newer(current, w.last)
-	if w.last != nil && same(base, d) && now.Sub(base.LastHeartbeatTime.Time) < w.cfg.Heartbeat {
+func (w *Writer) Write(ctx context.Context, now time.Time, d Desired, node *corev1.Node) (Outcome, error) {
+	current := Find(node, w.cfg.Type)
+	base, anno := newer(current, w.last), w.lastAnno
+	if base != w.last && node != nil {
+		anno = node.Annotations[w.cfg.Annotation]
+	}
+	if w.cfg.Annotation == "" {
+		d.Annotation, anno = "", ""
+	}
+	if w.last != nil && same(base, d) && anno == d.Annotation && now.Sub(base.LastHeartbeatTime.Time) < w.cfg.Heartbeat {
 		return Skipped, nil
 	}
 	cond := corev1.NodeCondition{
@@ -117,15 +141,26 @@ func (w *Writer) Write(ctx context.Context, now time.Time, d Desired, current *c
 	if base != nil && base.Status == d.Status {
 		cond.LastTransitionTime = base.LastTransitionTime
 	}
-	if err := w.client.PatchCondition(ctx, w.cfg.Node, cond); err != nil {
+	if err := w.client.PatchCondition(ctx, w.cfg.Node, cond, w.annotations(d)); err != nil {
 		return "", err
 	}
-	w.last = &cond
+	w.last, w.lastAnno = &cond, d.Annotation
 	if base != nil && base.Status == d.Status && base.Reason == d.Reason {
 		return Written, nil
 	}
 	w.event(base, cond)
 	return Transitioned, nil
+}
+
+// annotations is what a write of d does to the Node's annotations.
+func (w *Writer) annotations(d Desired) map[string]*string {
+	if w.cfg.Annotation == "" {
+		return nil
+	}
+	if d.Annotation == "" {
+		return map[string]*string{w.cfg.Annotation: nil}
+	}
+	return map[string]*string{w.cfg.Annotation: &d.Annotation}
 }
 
 func (w *Writer) event(from *corev1.NodeCondition, to corev1.NodeCondition) {

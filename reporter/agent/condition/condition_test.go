@@ -18,7 +18,10 @@ import (
 	"github.com/certready/certready/reporter/agent/condition"
 )
 
-const condType = corev1.NodeConditionType("KubeletServingCertNotReady")
+const (
+	condType = corev1.NodeConditionType("KubeletServingCertNotReady")
+	factsKey = "certready.io/serving-cert"
+)
 
 var t0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
@@ -28,17 +31,23 @@ func setup(t *testing.T, existing ...corev1.NodeCondition) (*condition.Writer, *
 	node.Status.Conditions = append([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}, existing...)
 	cs := fake.NewClientset(node)
 	rec := record.NewFakeRecorder(10)
-	w := condition.NewWriter(condition.Config{Node: "w1", NodeUID: "uid-w1", Type: condType, Heartbeat: 5 * time.Minute}, condition.NewClient(nodeapitest.FromClientset(cs)), rec)
+	w := condition.NewWriter(condition.Config{Node: "w1", NodeUID: "uid-w1", Type: condType, Heartbeat: 5 * time.Minute, Annotation: factsKey},
+		condition.NewClient(nodeapitest.FromClientset(cs)), rec)
 	return w, cs, rec
 }
 
-func nodeCondition(t *testing.T, cs *fake.Clientset, ct corev1.NodeConditionType) *corev1.NodeCondition {
+func getNode(t *testing.T, cs *fake.Clientset) *corev1.Node {
 	t.Helper()
 	n, err := cs.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return condition.Find(n, ct)
+	return n
+}
+
+func nodeCondition(t *testing.T, cs *fake.Clientset, ct corev1.NodeConditionType) *corev1.NodeCondition {
+	t.Helper()
+	return condition.Find(getNode(t, cs), ct)
 }
 
 func patches(cs *fake.Clientset) []k8stesting.PatchAction {
@@ -53,7 +62,9 @@ func patches(cs *fake.Clientset) []k8stesting.PatchAction {
 
 var (
 	notReady = condition.Desired{Status: corev1.ConditionTrue, Reason: "CSRPending", Message: "CSR csr-1 pending"}
-	ready    = condition.Desired{Status: corev1.ConditionFalse, Reason: "KubeletServingCertReady", Message: "serving certificate ok"}
+	ready    = condition.Desired{Status: corev1.ConditionFalse, Reason: "KubeletServingCertReady", Message: "serving certificate ok", Annotation: `{"sha256":"a"}`}
+	// readyRotated says the same in prose with other facts.
+	readyRotated = condition.Desired{Status: ready.Status, Reason: ready.Reason, Message: ready.Message, Annotation: `{"sha256":"b"}`}
 )
 
 func TestFirstWriteIsAStrategicMergePatchOfThisConditionOnly(t *testing.T) {
@@ -70,7 +81,7 @@ func TestFirstWriteIsAStrategicMergePatchOfThisConditionOnly(t *testing.T) {
 	if p.GetSubresource() != "status" || p.GetPatchType() != condition.PatchType || p.GetName() != "w1" {
 		t.Errorf("patch %s/%s of %s, want a strategic merge patch of nodes/w1/status", p.GetSubresource(), p.GetPatchType(), p.GetName())
 	}
-	want := `{"status":{"conditions":[{"type":"KubeletServingCertNotReady","status":"True","lastHeartbeatTime":"2026-11-30T03:00:00Z","lastTransitionTime":"2026-11-30T03:00:00Z","reason":"CSRPending","message":"CSR csr-1 pending"}]}}`
+	want := `{"metadata":{"annotations":{"certready.io/serving-cert":null}},"status":{"conditions":[{"type":"KubeletServingCertNotReady","status":"True","lastHeartbeatTime":"2026-11-30T03:00:00Z","lastTransitionTime":"2026-11-30T03:00:00Z","reason":"CSRPending","message":"CSR csr-1 pending"}]}}`
 	if string(p.GetPatch()) != want {
 		t.Errorf("patch:\n%s\nwant:\n%s", p.GetPatch(), want)
 	}
@@ -98,6 +109,7 @@ func TestWriteRules(t *testing.T) {
 	cases := []struct {
 		name     string
 		existing []corev1.NodeCondition
+		facts    string // the node's annotation before the first step
 		steps    []step
 	}{
 		{
@@ -130,7 +142,23 @@ func TestWriteRules(t *testing.T) {
 			},
 		},
 		{
-			name: "a restart keeps the node's transition time and vouches with a heartbeat at once",
+			name: "new facts under the same message are written at once",
+			steps: []step{
+				{at: 0, d: ready, want: condition.Transitioned, transition: 0, event: "Normal KubeletServingCertReady"},
+				{at: time.Second, d: readyRotated, want: condition.Written, transition: 0},
+				{at: 2 * time.Second, d: readyRotated, want: condition.Skipped, transition: 0},
+			},
+		},
+		{
+			name: "a not-ready condition takes the facts away",
+			steps: []step{
+				{at: 0, d: ready, want: condition.Transitioned, transition: 0, event: "Normal"},
+				{at: time.Second, d: notReady, want: condition.Transitioned, transition: time.Second, event: "Warning CSRPending"},
+			},
+		},
+		{
+			name:  "a restart keeps the node's transition time and vouches with a heartbeat at once",
+			facts: ready.Annotation,
 			existing: []corev1.NodeCondition{{Type: condType, Status: corev1.ConditionFalse, Reason: ready.Reason, Message: ready.Message,
 				LastHeartbeatTime: metav1.NewTime(t0.Add(-time.Minute)), LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}},
 			steps: []step{
@@ -139,22 +167,39 @@ func TestWriteRules(t *testing.T) {
 				{at: 5 * time.Minute, d: ready, want: condition.Written, transition: -time.Hour},
 			},
 		},
+		{
+			name:  "facts the node shows from another writer are replaced",
+			facts: `{"sha256":"forged"}`,
+			steps: []step{
+				{at: 0, d: ready, want: condition.Transitioned, transition: 0, event: "Normal"},
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w, cs, rec := setup(t, tc.existing...)
+			if tc.facts != "" {
+				n := getNode(t, cs)
+				n.Annotations = map[string]string{factsKey: tc.facts}
+				if _, err := cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for i, s := range tc.steps {
-				current := nodeCondition(t, cs, condType)
-				out, err := w.Write(context.Background(), t0.Add(s.at), s.d, current)
+				out, err := w.Write(context.Background(), t0.Add(s.at), s.d, getNode(t, cs))
 				if err != nil {
 					t.Fatal(err)
 				}
 				if out != s.want {
 					t.Fatalf("step %d: outcome %s, want %s", i, out, s.want)
 				}
-				got := nodeCondition(t, cs, condType)
+				n := getNode(t, cs)
+				got := condition.Find(n, condType)
 				if got == nil {
 					t.Fatalf("step %d: condition absent", i)
+				}
+				if facts, ok := n.Annotations[factsKey]; facts != s.d.Annotation || ok != (s.d.Annotation != "") {
+					t.Errorf("step %d: annotation %q (present %v), want %q", i, facts, ok, s.d.Annotation)
 				}
 				if !got.LastTransitionTime.Time.Equal(t0.Add(s.transition)) {
 					t.Errorf("step %d: lastTransitionTime %s, want %s", i, got.LastTransitionTime.UTC(), t0.Add(s.transition))
@@ -191,7 +236,7 @@ func TestFailedPatchIsNotRemembered(t *testing.T) {
 }
 
 func TestPatchShape(t *testing.T) {
-	b, err := condition.Patch(corev1.NodeCondition{Type: condType, Status: corev1.ConditionUnknown})
+	b, err := condition.Patch(corev1.NodeCondition{Type: condType, Status: corev1.ConditionUnknown}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,5 +247,22 @@ func TestPatchShape(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &decoded); err != nil || len(decoded.Status.Conditions) != 1 || decoded.Status.Conditions[0]["type"] != string(condType) {
 		t.Errorf("patch %s", b)
+	}
+}
+
+// A Writer without an annotation never touches the Node's annotations.
+func TestNoAnnotationConfiguredLeavesAnnotationsAlone(t *testing.T) {
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Annotations: map[string]string{factsKey: "theirs"}}})
+	w := condition.NewWriter(condition.Config{Node: "w1", Type: condType, Heartbeat: time.Minute}, condition.NewClient(nodeapitest.FromClientset(cs)), nil)
+	if _, err := w.Write(context.Background(), t0, ready, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := getNode(t, cs); n.Annotations[factsKey] != "theirs" {
+		t.Errorf("annotations %v, want them untouched", n.Annotations)
+	}
+	for _, p := range patches(cs) {
+		if strings.Contains(string(p.GetPatch()), "metadata") {
+			t.Errorf("patch %s touches metadata", p.GetPatch())
+		}
 	}
 }

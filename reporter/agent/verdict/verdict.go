@@ -182,6 +182,9 @@ type Verdict struct {
 	Proof string
 	// CA is the root CA the certificate chains to (ready verdicts).
 	CA *x509.Certificate
+	// Facts are what a ready verdict states for readers of the Node
+	// (nil unless ready).
+	Facts *Facts
 
 	// fileMissing: no certificate file was installed, whatever the
 	// reason names (the newest CSR's state, when known).
@@ -498,9 +501,9 @@ func (e *evaluation) endpoint() Verdict {
 				Status: corev1.ConditionFalse,
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
-					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in) +
-					Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
-						CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent}.String(),
+					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in),
+				Facts: &Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
+					CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent},
 				Results: e.results,
 				Proof:   e.proof,
 				CA:      e.ca,

@@ -107,9 +107,7 @@ func Lifted(old, new *corev1.Node, t corev1.Taint, conditionType corev1.NodeCond
 	if c := condition.Find(new, conditionType); c != nil {
 		c := *c
 		l.Condition = &c
-		// Facts are a ready message's (the end of a not-ready one may be
-		// text others wrote: an inventory, an API server's error).
-		if f, ok := verdict.ParseFacts(c.Message); ok && c.Status == corev1.ConditionFalse && !f.Fingerprint.IsZero() {
+		if f, ok := verdict.NodeFacts(new, &c); ok {
 			l.Fingerprint = f.Fingerprint.String()
 		}
 	}

@@ -25,7 +25,10 @@ import (
 func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 	registered := heartbeat.Add(-90 * time.Second)
 	fp := fingerprint.SHA256{1, 2, 3}
-	ready := "serving certificate ready" + verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.String()
+	// A release candidate's facts trailer (the agent's annotation has
+	// cases of its own).
+	trailer := " [notAfter=" + names.Stamp(heartbeat.Add(time.Hour)) + " sha256=" + fp.String() + "]"
+	ready := "serving certificate ready" + trailer
 	base := func(status corev1.ConditionStatus, message string, taints ...string) *corev1.Node {
 		n := node("w1", status, taints...)
 		n.UID, n.CreationTimestamp = "uid-1", metav1.NewTime(registered)
@@ -52,13 +55,20 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 		{name: "certready's fallback", old: base(corev1.ConditionFalse, ready, key),
 			new:    annotated(base(corev1.ConditionFalse, ready), names.CompletedAnnotation, "2026-11-30T03:00:00Z"),
 			wantOK: true, wantBy: taint.ByCertready, wantFP: fp.String()},
+		{name: "the agent's facts annotation", old: base(corev1.ConditionFalse, "serving certificate ready", key),
+			new: annotated(base(corev1.ConditionFalse, "serving certificate ready"), names.CompletedAnnotation, "2026-11-30T03:00:00Z",
+				names.FactsAnnotation, verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.Annotation()),
+			wantOK: true, wantBy: taint.ByCertready, wantFP: fp.String()},
+		{name: "a facts annotation beside a not-ready condition is no proof", old: base(corev1.ConditionTrue, "CSR pending", key),
+			new: annotated(base(corev1.ConditionTrue, "CSR pending"), names.FactsAnnotation, verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.Annotation()),
+			wantOK: true, wantBy: taint.ByOther},
 		{name: "a node-readiness-controller rule", old: base(corev1.ConditionFalse, ready, key),
 			new:    annotated(base(corev1.ConditionFalse, ready), names.NRCCompletedPrefix+"9f1c", "true"),
 			wantOK: true, wantBy: taint.ByNRC, wantR: "9f1c", wantFP: fp.String()},
 		{name: "an operator's kubectl taint, the condition True", old: base(corev1.ConditionTrue, "CSR pending", key),
 			new: base(corev1.ConditionTrue, "CSR pending"), wantOK: true, wantBy: taint.ByOther},
-		{name: "facts at the end of a not-ready message are no proof", old: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+verdict.Facts{Fingerprint: fp}.String(), key),
-			new: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+verdict.Facts{Fingerprint: fp}.String()), wantOK: true, wantBy: taint.ByOther},
+		{name: "facts at the end of a not-ready message are no proof", old: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+trailer, key),
+			new: base(corev1.ConditionTrue, "drifted: the agent dials the inventory's fe80::1"+trailer), wantOK: true, wantBy: taint.ByOther},
 		{name: "the taint stays", old: base(corev1.ConditionTrue, "", key), new: base(corev1.ConditionFalse, ready, key)},
 		{name: "never tainted", old: base(corev1.ConditionFalse, ready), new: base(corev1.ConditionFalse, ready)},
 		{name: "certready's mark while its fallback is off is a claim", old: base(corev1.ConditionFalse, ready, key),
