@@ -108,6 +108,9 @@ type Cluster struct {
 	// kubeletsUnverified: kube-apiserver runs without
 	// --kubelet-certificate-authority (VerifyKubelets).
 	kubeletsUnverified bool
+	// addressTypes: kube-apiserver's --kubelet-preferred-address-types
+	// ("": InternalIP; PreferAddressTypes).
+	addressTypes string
 
 	// Kubeconfig is an admin kubeconfig usable from the host (through a
 	// forwarder on 127.0.0.1).

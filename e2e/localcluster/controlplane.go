@@ -62,7 +62,7 @@ func (c *Cluster) apiserverArgs() []string {
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 		"--kubelet-client-certificate=" + p.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + p.path("apiserver-kubelet-client.key"),
-		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-preferred-address-types=" + c.preferredAddressTypes(),
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
@@ -197,6 +197,24 @@ func (c *Cluster) VerifyKubelets(ctx context.Context, verify bool) error {
 	c.kubeletsUnverified = !verify
 	c.mu.Unlock()
 	return c.RestartAPIServer(ctx)
+}
+
+// PreferAddressTypes restarts kube-apiserver with
+// --kubelet-preferred-address-types=types ("": InternalIP, the cluster's
+// setting), the order in which it picks the node address it dials for
+// logs, exec and port-forward, and waits until it serves.
+func (c *Cluster) PreferAddressTypes(ctx context.Context, types string) error {
+	c.mu.Lock()
+	c.addressTypes = types
+	c.mu.Unlock()
+	return c.RestartAPIServer(ctx)
+}
+
+func (c *Cluster) preferredAddressTypes() string {
+	if c.addressTypes == "" {
+		return "InternalIP"
+	}
+	return c.addressTypes
 }
 
 // RestartControllerManager restarts kube-controller-manager with another

@@ -47,6 +47,11 @@ type NodeOptions struct {
 	// BeforeKubelet, when set, runs once the node's address is known and
 	// before its kubelet starts (a firewall rule in place from the start).
 	BeforeKubelet func(n *Node) error
+	// ExternalCloudProvider: --cloud-provider=external, as on a cloud
+	// whose controller writes the Node's addresses: the kubelet reports
+	// its own only while the Node has none, and registers with the
+	// node.cloudprovider.kubernetes.io/uninitialized taint.
+	ExternalCloudProvider bool
 }
 
 // AddNode starts one more kubelet and waits until its Node is registered.
@@ -144,6 +149,9 @@ func (c *Cluster) startKubelet(n *Node) error {
 		"--kubeconfig="+filepath.Join(root, "kubeconfig"),
 		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=2",
 	)
+	if n.opts.ExternalCloudProvider {
+		args = append(args, "--cloud-provider=external")
+	}
 	p, err := c.sup.start("node-"+n.Name, c.logPath("node-"+n.Name), args, nil)
 	if err != nil {
 		return err
@@ -263,30 +271,20 @@ func (c *Cluster) RestartKubelet(name string) error {
 }
 
 // MoveNodeIP renumbers node name as a host whose address changed while its
-// kubelet keeps listening where it did and keeps its certificate: newIP is
-// added to the namespace, the kubelet restarts with --node-ip=newIP (in
-// kubeadm-flags.env, where kubeadm puts it) and so reports it as its
-// InternalIP, and the API server's connections to newIP's kubelet port
-// reach the kubelet (a DNAT for the API server's group alone: every other
-// process finds nothing listening there). undo reverts the network and
-// the flags file (the kubelet keeps reporting newIP until restarted).
+// kubelet keeps listening where it did and keeps its certificate: newIP
+// reaches the kubelet from the API server (RouteAPIServerToKubelet), the
+// kubelet restarts with --node-ip=newIP (in kubeadm-flags.env, where
+// kubeadm puts it) and so reports it as its InternalIP. undo reverts the
+// network and the flags file (the kubelet keeps reporting newIP until
+// restarted).
 func (c *Cluster) MoveNodeIP(name, newIP string) (undo func() error, err error) {
 	n := c.Node(name)
 	if n == nil {
 		return nil, fmt.Errorf("no node %s in the local cluster", name)
 	}
-	// One address (/32, /128): no route of its own that could shadow
-	// another range of the namespace.
-	host := newIP + "/32"
-	if strings.Contains(newIP, ":") {
-		host = newIP + "/128"
-	}
-	if err := c.ns.exec("ip", "addr", "add", host, "dev", linkName); err != nil {
+	unroute, err := c.RouteAPIServerToKubelet(name, newIP)
+	if err != nil {
 		return nil, err
-	}
-	dnat := func(op string) error {
-		return c.ns.exec("iptables", "-t", "nat", op, "OUTPUT", "-m", "owner", "--gid-owner", strconv.Itoa(APIServerGID),
-			"-d", newIP, "-p", "tcp", "--dport", "10250", "-j", "DNAT", "--to-destination", net.JoinHostPort(n.IP, "10250"))
 	}
 	flags := filepath.Join(filepath.Dir(n.Dir), "kubeadm-flags.env")
 	undo = func() error {
@@ -294,10 +292,7 @@ func (c *Cluster) MoveNodeIP(name, newIP string) (undo func() error, err error) 
 		if errors.Is(rm, os.ErrNotExist) {
 			rm = nil
 		}
-		return errors.Join(dnat("-D"), c.ns.exec("ip", "addr", "del", host, "dev", linkName), rm)
-	}
-	if err := dnat("-A"); err != nil {
-		return nil, errors.Join(err, c.ns.exec("ip", "addr", "del", host, "dev", linkName))
+		return errors.Join(unroute(), rm)
 	}
 	if err := os.WriteFile(flags, []byte(`KUBELET_KUBEADM_ARGS="--node-ip=`+newIP+`"`+"\n"), 0o644); err != nil {
 		return nil, errors.Join(err, undo())
@@ -307,6 +302,37 @@ func (c *Cluster) MoveNodeIP(name, newIP string) (undo func() error, err error) 
 		return nil, errors.Join(err, undo())
 	}
 	return undo, nil
+}
+
+// RouteAPIServerToKubelet makes ip one more address of node name's host as
+// the API server sees it: ip is added to the namespace and the API
+// server's connections to its kubelet port reach the node's kubelet (a
+// DNAT for the API server's group alone: every other process finds
+// nothing listening there). undo removes both.
+func (c *Cluster) RouteAPIServerToKubelet(name, ip string) (undo func() error, err error) {
+	n := c.Node(name)
+	if n == nil {
+		return nil, fmt.Errorf("no node %s in the local cluster", name)
+	}
+	// One address (/32, /128): no route of its own that could shadow
+	// another range of the namespace.
+	host := ip + "/32"
+	if strings.Contains(ip, ":") {
+		host = ip + "/128"
+	}
+	if err := c.ns.exec("ip", "addr", "add", host, "dev", linkName); err != nil {
+		return nil, err
+	}
+	dnat := func(op string) error {
+		return c.ns.exec("iptables", "-t", "nat", op, "OUTPUT", "-m", "owner", "--gid-owner", strconv.Itoa(APIServerGID),
+			"-d", ip, "-p", "tcp", "--dport", "10250", "-j", "DNAT", "--to-destination", net.JoinHostPort(n.IP, "10250"))
+	}
+	if err := dnat("-A"); err != nil {
+		return nil, errors.Join(err, c.ns.exec("ip", "addr", "del", host, "dev", linkName))
+	}
+	return func() error {
+		return errors.Join(dnat("-D"), c.ns.exec("ip", "addr", "del", host, "dev", linkName))
+	}, nil
 }
 
 // Workers lists the worker nodes.

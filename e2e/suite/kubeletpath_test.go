@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/certready/certready/e2e/deploy"
 	"github.com/certready/certready/e2e/localcluster"
@@ -384,4 +386,90 @@ func requestsIP(c certv1.CertificateSigningRequest, ip string) bool {
 		}
 	}
 	return false
+}
+
+// The API server prefers an address the certificate lacks. On a cloud
+// whose controller writes the Node's addresses (--cloud-provider=external:
+// the kubelet leaves them alone), the Node gains an ExternalIP that its
+// kubelet's certificate does not cover, and kube-apiserver picks ExternalIP
+// first. The node-local proof still holds (the kubelet presents a valid
+// certificate on its InternalIP, where the agent dials): only the API
+// server's own path shows that kubectl logs fails there, and the agent
+// names it with the address the API server dialled.
+func TestAPIServerPrefersAnAddressTheCertificateLacks(t *testing.T) {
+	local, ok := cluster.(provider.Local)
+	if !ok {
+		t.Skip("needs the local cluster: a kubelet whose addresses a cloud controller writes and an API server restarted with other --kubelet-preferred-address-types")
+	}
+	ctx := ctxT(t, 8*time.Minute)
+	deployed(t)
+	// In the Service range, which the approver never signs: the kubelet's
+	// request for it stays pending and its certificate keeps lacking it.
+	const name, external = "cloud-external", "10.0.0.78"
+	node := joinLocalNode(t, ctx, local, name, localcluster.NodeOptions{ExternalCloudProvider: true})
+	waitCondition(t, ctx, name, 3*time.Minute, "proven and untainted before the API server's preference changes", readyAndUntainted)
+
+	unroute, err := local.C.RouteAPIServerToKubelet(name, external)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unroute(); err != nil {
+			t.Errorf("removing %s: %v", external, err)
+		}
+	})
+	// What the cloud controller writes: the Node's addresses, by a manager
+	// other than the kubelet, which keeps them from then on.
+	addresses := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q},{"type":"ExternalIP","address":%q},{"type":"Hostname","address":%q}]}}`, node.IP, external, name)
+	if _, err := cluster.Clientset().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(addresses), metav1.PatchOptions{FieldManager: "cre2e-cloud-controller"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("restarting kube-apiserver with --kubelet-preferred-address-types=ExternalIP,InternalIP,Hostname")
+	if err := local.C.PreferAddressTypes(ctx, "ExternalIP,InternalIP,Hostname"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := local.C.PreferAddressTypes(cctx, ""); err != nil {
+			t.Errorf("restoring kube-apiserver --kubelet-preferred-address-types: %v", err)
+		}
+	})
+	// A new agent proves the API server's path before its first ready
+	// verdict (a running one would within --apiserver-proof-interval).
+	pods := cluster.Clientset().CoreV1().Pods(deploy.Namespace)
+	onNode := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name}
+	old, err := pods.List(ctx, onNode)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("agent pod on %s: %v (%d pods)", name, err, len(old.Items))
+	}
+	if err := pods.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := waitCondition(t, ctx, name, 3*time.Minute, "the API server's path named", hasReason("APIServerCannotVerifyKubelet", corev1.ConditionTrue))
+	c := certCondition(n)
+	if !strings.Contains(c.Message, "the node serves its certificate") || !strings.Contains(c.Message, external) {
+		t.Errorf("condition %q: want the node-local proof held and the API server's address %s named", c.Message, external)
+	}
+	if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool {
+		return a.Type == corev1.NodeExternalIP && a.Address == external
+	}) {
+		t.Errorf("Node addresses %v: the kubelet overwrote the cloud controller's ExternalIP %s", n.Status.Addresses, external)
+	}
+	t.Logf("%s: %s", name, c.Message)
+	var agent string
+	cur, err := pods.List(ctx, onNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cur.Items {
+		if p.DeletionTimestamp == nil {
+			agent = p.Name
+		}
+	}
+	out, err := cluster.Kubectl(ctx, "logs", "-n", deploy.Namespace, agent, "--limit-bytes=1")
+	if err == nil || !strings.Contains(out, "x509") || !strings.Contains(out, external) {
+		t.Errorf("kubectl logs %s: %v %q, want an x509 error for %s", agent, err, out, external)
+	}
+	t.Logf("kubectl logs: %s", strings.TrimSpace(out))
 }
