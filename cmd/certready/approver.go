@@ -25,6 +25,7 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/metricscert"
@@ -77,7 +78,7 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
 	fs.StringVar(&f.startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
 	fs.StringVar(&f.softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
-	fs.DurationVar(&f.o.MaxConditionAge, "condition-max-age", taint.DefaultMaxConditionAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
+	fs.DurationVar(&f.o.MaxConditionAge, "condition-max-age", condition.DefaultMaxAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
 	fs.StringVar(&f.kubeletCA, "kubelet-ca-file", serviceAccountCA, "Taint fallback: PEM bundle of the CA that signs kubelet serving certificates (the API server's --kubelet-certificate-authority). Before lifting a taint the approver dials the node's kubelet and verifies what it serves against it.")
 	fs.StringVar(&f.addrTypes, "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "Taint fallback: the API server's --kubelet-preferred-address-types; the node's first address of these types is dialled and must be in the certificate.")
 	fs.IntVar(&f.prover.Port, "kubelet-port", 0, "Taint fallback: the kubelet port to dial. 0: the Node's status.daemonEndpoints.kubeletEndpoint.Port, else 10250.")

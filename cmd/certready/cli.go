@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/fleet"
 )
 
@@ -168,7 +169,7 @@ func newFleetView(cmd *cobra.Command) *fleetView {
 	fs.StringVar(&v.condType, "condition-type", names.ConditionType, "The agent's node condition.")
 	fs.StringVar(&v.taintKey, "taint-key", names.TaintKey, "The readiness taint's key.")
 	fs.StringVar(&v.agentNamespace, "agent-namespace", "", "The namespace of certready's agent DaemonSets, whose placement says which nodes run no agent by design. Empty: every namespace (-o wide names the DaemonSets judged); name it where others may create labelled DaemonSets.")
-	fs.DurationVar(&v.maxAge, "condition-max-age", fleet.DefaultStaleAfter, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
+	fs.DurationVar(&v.maxAge, "condition-max-age", condition.DefaultMaxAge, "A condition not written for this long no longer counts as ready (0: never stale); as the approver's --condition-max-age.")
 	return v
 }
 

@@ -79,7 +79,7 @@ type Options struct {
 	SoftTaint     corev1.Taint
 	ConditionType corev1.NodeConditionType
 	// MaxConditionAge: how old a False condition may be and still lift the
-	// taint (taint.DefaultMaxConditionAge when zero).
+	// taint (condition.DefaultMaxAge when zero).
 	MaxConditionAge time.Duration
 	// SharedAddressesOK turns off the refusal of an address that several
 	// Nodes report (nodes behind one NAT address, for one).

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/fleet"
 )
 
@@ -102,7 +103,7 @@ func TestMarkNoAgent(t *testing.T) {
 		node("c-win-tainted", "windows", false, true),
 		node("d-linux-no-agent", "linux", false, false),
 	}
-	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, fleet.DefaultStaleAfter, now)
+	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, condition.DefaultMaxAge, now)
 	fleet.MarkNoAgent(rows, nodes, []fleet.AgentSet{shippedAgent()}, names.TaintKey)
 	var order []string
 	for _, r := range rows {

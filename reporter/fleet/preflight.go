@@ -153,8 +153,8 @@ func Preflight(nodes []corev1.Node, rule Rule, now time.Time) []Row {
 			row.Outcome, row.Why = Stays, fmt.Sprintf("%s is %s (%s: %s); fix it or label the node %s=true", rule.ConditionType, cond.Status, cond.Reason, cond.Message, OptOutLabel)
 		default:
 			row.Outcome, row.Why = Lifted, fmt.Sprintf("%s is %s since %s", rule.ConditionType, cond.Status, cond.LastTransitionTime.UTC().Format(time.RFC3339))
-			if age := now.Sub(cond.LastHeartbeatTime.Time); age > 15*time.Minute {
-				row.Why += fmt.Sprintf("; but its agent has not written it for %s", age.Round(time.Minute))
+			if !condition.Fresh(cond, condition.DefaultMaxAge, now) {
+				row.Why += "; but " + stale(cond, now)
 			}
 		}
 		rows = append(rows, row)

@@ -47,7 +47,7 @@ func TestPreflight(t *testing.T) {
 		{"a-ready", fleet.Lifted, "is False since"},
 		{"b-cp", fleet.Excluded, "not selected"},
 		{"f-opted-out", fleet.Excluded, "not selected"},
-		{"g-silent-agent", fleet.Lifted, "has not written it for 2h0m"},
+		{"g-silent-agent", fleet.Lifted, "but condition not written for 2h0m0s: is the agent running?"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)

@@ -16,7 +16,7 @@ import (
 type NodeStatus struct {
 	Node string `json:"node"`
 	// Ready: the condition is False (every check passed), the agent wrote
-	// it within staleAfter, and the readiness taint is gone.
+	// it recently (condition.Fresh), and the readiness taint is gone.
 	Ready bool `json:"ready"`
 	// Status and Reason of the condition; Status is empty without one.
 	Status  corev1.ConditionStatus `json:"status"`
@@ -85,8 +85,8 @@ func NameRules(rows []NodeStatus, byUID map[string]string) {
 // Status gives every node's line, problems first, then by name (see
 // MarkNoAgent for the nodes that run no agent by design).
 // conditionType is the agent's condition, taintKey the readiness taint;
-// a condition not written for staleAfter no longer stands.
-func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKey string, staleAfter time.Duration, now time.Time) []NodeStatus {
+// a condition that is not condition.Fresh within maxAge no longer stands.
+func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKey string, maxAge time.Duration, now time.Time) []NodeStatus {
 	out := make([]NodeStatus, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
@@ -125,8 +125,8 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 			s.Problem = "no " + string(conditionType) + " condition: no certready agent reports on this node"
 		case c.Status != corev1.ConditionFalse:
 			s.Problem = c.Reason
-		case staleAfter > 0 && now.Sub(c.LastHeartbeatTime.Time) > staleAfter:
-			s.Problem = "condition not written for " + now.Sub(c.LastHeartbeatTime.Time).Round(time.Second).String() + ": is the agent running?"
+		case !condition.Fresh(c, maxAge, now):
+			s.Problem = stale(c, now)
 		case s.Tainted:
 			s.Problem = "ready, but still carries " + taintKey + ": is a NodeReadinessRule or the approver's taint fallback installed?"
 		default:
@@ -158,9 +158,17 @@ func sortRows(rows []NodeStatus) {
 	})
 }
 
-// DefaultStaleAfter is twice the agent's default heartbeat (5 min), as the
-// taint fallback's --condition-max-age.
-const DefaultStaleAfter = 10 * time.Minute
+// stale says why a condition that is not fresh no longer stands.
+func stale(c *corev1.NodeCondition, now time.Time) string {
+	hb := c.LastHeartbeatTime.Time
+	switch {
+	case hb.IsZero():
+		return "condition never written (no heartbeat): is the agent running?"
+	case hb.After(now):
+		return "condition written " + hb.Sub(now).Round(time.Second).String() + " in the future: is the node's clock right?"
+	}
+	return "condition not written for " + now.Sub(hb).Round(time.Second).String() + ": is the agent running?"
+}
 
 // Problems keeps the nodes that are not Ready, but for those that run no
 // agent by design.

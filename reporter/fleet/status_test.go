@@ -10,6 +10,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/fleet"
 )
@@ -42,6 +43,7 @@ func TestStatusOnFixtures(t *testing.T) {
 	readyTrailer := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg+trailer, time.Minute)
 	pending := cond(corev1.ConditionTrue, "CSRPending", "CSR csr-w2 pending approval since 2026-12-01T11:59:00Z", time.Minute)
 	stale := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg+trailer, time.Hour)
+	ahead := cond(corev1.ConditionFalse, "KubeletServingCertReady", readyMsg, -time.Hour)
 	nodes := []corev1.Node{
 		node("w1", &ready, false, map[string]string{names.NRCCompletedPrefix + "kubelet-serving-cert": "true", names.FactsAnnotation: facts.Annotation()}),
 		node("w2", &pending, true, map[string]string{names.FactsAnnotation: facts.Annotation()}), // not ready: no facts
@@ -49,15 +51,16 @@ func TestStatusOnFixtures(t *testing.T) {
 		node("w4", &stale, false, nil),
 		node("w5", &ready, true, map[string]string{names.FactsAnnotation: facts.Annotation()}),
 		node("w6", &readyTrailer, false, map[string]string{names.CompletedAnnotation: "2026-12-01T11:00:00Z"}),
+		node("w7", &ahead, false, map[string]string{names.FactsAnnotation: facts.Annotation()}),
 	}
-	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, fleet.DefaultStaleAfter, now)
+	rows := fleet.Status(nodes, names.ConditionType, names.TaintKey, condition.DefaultMaxAge, now)
 	byNode := map[string]fleet.NodeStatus{}
 	var order []string
 	for _, r := range rows {
 		byNode[r.Node] = r
 		order = append(order, r.Node)
 	}
-	if got := strings.Join(order, ","); got != "w2,w3,w4,w5,w1,w6" {
+	if got := strings.Join(order, ","); got != "w2,w3,w4,w5,w7,w1,w6" {
 		t.Errorf("order %s: want the problems first, then by name", got)
 	}
 	for _, tc := range []struct {
@@ -73,6 +76,9 @@ func TestStatusOnFixtures(t *testing.T) {
 		{"w4", false, "not written for 1h0m0s", "", "csr-w1"},
 		{"w5", false, "still carries " + names.TaintKey, "", "csr-w1"},
 		{"w6", true, "", "certready", "csr-w1"},
+		// A heartbeat an hour ahead would stand for an hour after its
+		// writer is gone.
+		{"w7", false, "written 1h0m0s in the future: is the node's clock right?", "", "csr-w1"},
 	} {
 		r := byNode[tc.node]
 		if r.Ready != tc.ready || !strings.Contains(r.Problem, tc.problem) || (tc.problem == "") != (r.Problem == "") ||
@@ -98,8 +104,8 @@ func TestStatusOnFixtures(t *testing.T) {
 	if fp := byNode["w1"].Fingerprint; fp != (fingerprint.SHA256{0x01, 0x23}).String() {
 		t.Errorf("w1 fingerprint %q", fp)
 	}
-	if p := fleet.Problems(rows); len(p) != 4 {
-		t.Errorf("%d problems, want 4", len(p))
+	if p := fleet.Problems(rows); len(p) != 5 {
+		t.Errorf("%d problems, want 5", len(p))
 	}
 }
 

@@ -198,6 +198,30 @@ func newer(a, b *corev1.NodeCondition) *corev1.NodeCondition {
 	return a
 }
 
+// DefaultMaxAge is how long a written condition stands: twice the agent's
+// default heartbeat (5 min). The taint fallback, the fleet view and
+// preflight judge freshness by it unless told otherwise
+// (--condition-max-age).
+const DefaultMaxAge = 10 * time.Minute
+
+// MaxHeartbeatAhead is how far in the future a heartbeat may lie (a node
+// clock ahead; the agent reports a skew beyond its --max-clock-skew, 1m,
+// as ClockSkew, never False). A heartbeat further ahead would keep a False
+// fresh long after its writer is gone: it is stale.
+const MaxHeartbeatAhead = 2 * time.Minute
+
+// Fresh reports whether c's writer still stands behind it at now: its
+// heartbeat lies within maxAge before now (any age when maxAge <= 0) and at
+// most MaxHeartbeatAhead after it. A condition never written (nil, no
+// heartbeat) is not fresh.
+func Fresh(c *corev1.NodeCondition, maxAge time.Duration, now time.Time) bool {
+	if c == nil || c.LastHeartbeatTime.IsZero() {
+		return false
+	}
+	hb := c.LastHeartbeatTime.Time
+	return (maxAge <= 0 || now.Sub(hb) <= maxAge) && hb.Sub(now) <= MaxHeartbeatAhead
+}
+
 // Find returns node's condition of type t, or nil.
 func Find(node *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
 	if node == nil {

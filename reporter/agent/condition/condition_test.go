@@ -266,3 +266,31 @@ func TestNoAnnotationConfiguredLeavesAnnotationsAlone(t *testing.T) {
 		}
 	}
 }
+
+// One freshness rule for the taint fallback, the fleet view and preflight.
+func TestFresh(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	beat := func(d time.Duration) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Type: condType, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.NewTime(now.Add(d))}
+	}
+	for _, tc := range []struct {
+		name   string
+		c      *corev1.NodeCondition
+		maxAge time.Duration
+		want   bool
+	}{
+		{"no condition", nil, condition.DefaultMaxAge, false},
+		{"never written", &corev1.NodeCondition{Type: condType}, condition.DefaultMaxAge, false},
+		{"written now", beat(0), condition.DefaultMaxAge, true},
+		{"at the bound", beat(-condition.DefaultMaxAge), condition.DefaultMaxAge, true},
+		{"past the bound", beat(-condition.DefaultMaxAge - time.Second), condition.DefaultMaxAge, false},
+		{"a day old, no bound", beat(-24 * time.Hour), 0, true},
+		{"a clock ahead within the bound", beat(condition.MaxHeartbeatAhead), condition.DefaultMaxAge, true},
+		{"further ahead: stands after its writer is gone", beat(condition.MaxHeartbeatAhead + time.Second), condition.DefaultMaxAge, false},
+		{"further ahead, no age bound", beat(time.Hour), 0, false},
+	} {
+		if got := condition.Fresh(tc.c, tc.maxAge, now); got != tc.want {
+			t.Errorf("%s: Fresh = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

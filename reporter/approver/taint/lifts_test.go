@@ -60,7 +60,7 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 				names.FactsAnnotation, verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.Annotation()),
 			wantOK: true, wantBy: taint.ByCertready, wantFP: fp.String()},
 		{name: "a facts annotation beside a not-ready condition is no proof", old: base(corev1.ConditionTrue, "CSR pending", key),
-			new: annotated(base(corev1.ConditionTrue, "CSR pending"), names.FactsAnnotation, verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.Annotation()),
+			new:    annotated(base(corev1.ConditionTrue, "CSR pending"), names.FactsAnnotation, verdict.Facts{NotAfter: heartbeat.Add(time.Hour), Fingerprint: fp}.Annotation()),
 			wantOK: true, wantBy: taint.ByOther},
 		{name: "a node-readiness-controller rule", old: base(corev1.ConditionFalse, ready, key),
 			new:    annotated(base(corev1.ConditionFalse, ready), names.NRCCompletedPrefix+"9f1c", "true"),

@@ -62,15 +62,6 @@ type Config struct {
 	Events record.EventRecorder
 }
 
-// DefaultMaxConditionAge is twice the agent's default heartbeat (5 min).
-const DefaultMaxConditionAge = 10 * time.Minute
-
-// MaxHeartbeatAhead is how far in the future a heartbeat may lie (a node
-// clock ahead; the agent reports a skew beyond its --max-clock-skew, 1m,
-// as ClockSkew, never False). A heartbeat further ahead would keep a False
-// fresh long after its writer is gone: it is stale.
-const MaxHeartbeatAhead = 2 * time.Minute
-
 // ParseTaint reads kubectl's taint syntax, key=value:effect.
 func ParseTaint(s string) (corev1.Taint, error) {
 	kv, effect, ok := strings.Cut(s, ":")
@@ -139,21 +130,19 @@ func Patch(node *corev1.Node, cfg Config, now time.Time, proof error) (patch []b
 // freshFalse returns node's condition when it is False and fresh, else nil.
 func freshFalse(node *corev1.Node, cfg Config, now time.Time) *corev1.NodeCondition {
 	c := condition.Find(node, cfg.ConditionType)
-	if c == nil || c.Status != corev1.ConditionFalse || !Fresh(c, cfg.MaxConditionAge, now) {
+	if c == nil || c.Status != corev1.ConditionFalse || !condition.Fresh(c, maxAge(cfg), now) {
 		return nil
 	}
 	return c
 }
 
-// Fresh reports whether cond was written (heartbeat) within maxAge of now;
-// a heartbeat from the future counts as now up to MaxHeartbeatAhead, and
-// as stale beyond.
-func Fresh(cond *corev1.NodeCondition, maxAge time.Duration, now time.Time) bool {
-	if maxAge <= 0 {
-		maxAge = DefaultMaxConditionAge
+// maxAge is cfg's bound on a condition's age (condition.DefaultMaxAge
+// when unset): a taint fallback never trusts a condition of any age.
+func maxAge(cfg Config) time.Duration {
+	if cfg.MaxConditionAge <= 0 {
+		return condition.DefaultMaxAge
 	}
-	hb := cond.LastHeartbeatTime.Time
-	return !hb.IsZero() && now.Sub(hb) <= maxAge && hb.Sub(now) <= MaxHeartbeatAhead
+	return cfg.MaxConditionAge
 }
 
 // carries reports whether node has the startup or the soft taint.
@@ -179,7 +168,7 @@ func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndex
 		return nil, fmt.Errorf("taint fallback needs a taint (key=value:effect) and a condition type")
 	}
 	if cfg.MaxConditionAge <= 0 {
-		cfg.MaxConditionAge = DefaultMaxConditionAge
+		cfg.MaxConditionAge = condition.DefaultMaxAge
 	}
 	if cfg.SoftTaint.Key != "" && (cfg.SoftTaint.Effect != corev1.TaintEffectPreferNoSchedule || cfg.SoftTaint.Key == cfg.Taint.Key) {
 		return nil, fmt.Errorf("soft taint %s: want effect PreferNoSchedule and a key other than the startup taint's", cfg.SoftTaint.ToString())
