@@ -66,7 +66,7 @@ var commandLineOnly = map[string]string{
 	"pod-name":                        "chooses whose log proves the API server's path",
 	"pod-namespace":                   "chooses whose log proves the API server's path",
 	"heartbeat":                       "delays what the agent publishes",
-	"stale-after":                     "delays the watchdog that withdraws a stale verdict",
+	"check-stalled-after":             "delays the watchdog that withdraws a stale verdict",
 	"max-clock-skew":                  "loosens the check of the node's clock",
 	"ledger":                          "chooses where the audit records go, or switches them off",
 	"leader-elect":                    "lets several approvers write at once",

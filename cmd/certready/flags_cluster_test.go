@@ -33,7 +33,7 @@ func TestCommandLineOnlyFlagsRefuseTheEnvironment(t *testing.T) {
 		}
 	})
 	// The agent's own: its command refuses them before it does anything.
-	for _, name := range []string{"ca-file", "kubelet-pki-dir", "kubelet-config", "inventory", "settle", "heartbeat", "stale-after", "max-clock-skew", "apiserver-proof", "pod-name", "pod-namespace"} {
+	for _, name := range []string{"ca-file", "kubelet-pki-dir", "kubelet-config", "inventory", "settle", "heartbeat", "check-stalled-after", "max-clock-skew", "apiserver-proof", "pod-name", "pod-namespace"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(EnvName(name), "/tmp/elsewhere")
 			if code := runAgent(t.Context(), []string{"--node-name=w1", "--kubeconfig=/nonexistent"}); code != 2 {

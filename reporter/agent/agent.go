@@ -68,12 +68,12 @@ type Config struct {
 	// FallbackBackoff bounds the signer-wide CSR list used while no
 	// labelled CSR explains the installed certificate.
 	FallbackMinBackoff, FallbackMaxBackoff time.Duration
-	// StaleAfter is the watchdog's bound: when no check has completed for
+	// CheckStalledAfter is the watchdog's bound: when no check has completed for
 	// this long (a hung API call, a stuck probe), the condition is set to
 	// Unknown/CheckStalled, so that a False cannot outlive the checks that
 	// justified it. A check that took longer than this is thrown away and
 	// run again rather than published.
-	StaleAfter time.Duration
+	CheckStalledAfter time.Duration
 	// Clock, when set, is the API server's clock as its responses show it
 	// (wrap the client's transport with it); validity is then judged by
 	// it, and a skew beyond MaxClockSkew is reported (ClockSkew).
@@ -147,7 +147,7 @@ func (c Config) Defaults() Config {
 	def(&c.CSRRetention, time.Hour)
 	def(&c.FallbackMinBackoff, 5*time.Second)
 	def(&c.FallbackMaxBackoff, 5*time.Minute)
-	def(&c.StaleAfter, 3*c.Resync)
+	def(&c.CheckStalledAfter, 3*c.Resync)
 	def(&c.MaxClockSkew, time.Minute)
 	def(&c.ExpiryWarning, DefaultExpiryWarning)
 	def(&c.ExpiryCritical, DefaultExpiryCritical)
@@ -175,12 +175,12 @@ func (c Config) Validate() error {
 		return c.ValidateExpiry()
 	case c.APIServerProof != apipath.Off && c.APIProofInterval <= 0:
 		return fmt.Errorf("--apiserver-proof-interval=%s: want a positive duration", c.APIProofInterval)
-	case c.APIServerProof != apipath.Off && c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout:
-		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle + the API server proof's %s (%s), or set --apiserver-proof=off", c.StaleAfter, APIProofTimeout, c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout)
+	case c.APIServerProof != apipath.Off && c.CheckStalledAfter <= c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout:
+		return fmt.Errorf("--check-stalled-after=%s must exceed --resync + --probe-timeout + --settle + the API server proof's %s (%s), or set --apiserver-proof=off", c.CheckStalledAfter, APIProofTimeout, c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout)
 	case c.APIServerProof != apipath.Off && (c.PodName == "" || c.PodNamespace == "" || c.Container == ""):
 		return fmt.Errorf("--apiserver-proof=%s asks the API server for this pod's log: set --pod-name and --pod-namespace (POD_NAME and POD_NAMESPACE from the downward API) and --container-name, or --apiserver-proof=off", c.APIServerProof)
-	case c.StaleAfter <= c.Resync+c.ProbeTimeout+c.Settle:
-		return fmt.Errorf("--stale-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.StaleAfter, c.Resync+c.ProbeTimeout+c.Settle)
+	case c.CheckStalledAfter <= c.Resync+c.ProbeTimeout+c.Settle:
+		return fmt.Errorf("--check-stalled-after=%s must exceed --resync + --probe-timeout + --settle (%s): a healthy agent completes a check at least that often", c.CheckStalledAfter, c.Resync+c.ProbeTimeout+c.Settle)
 	}
 	return nil
 }
@@ -361,7 +361,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.setStage("waiting")
 	go a.watchdog(ctx)
 	a.queue.Add(checkKey)
-	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat, "staleAfter", a.cfg.StaleAfter)
+	logger.Info("Agent started", "resync", a.cfg.Resync, "heartbeat", a.cfg.Heartbeat, "checkStalledAfter", a.cfg.CheckStalledAfter)
 	a.queue.Run(ctx, 1)
 	return nil
 }
@@ -513,10 +513,10 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	if in.File.State == certfile.Present {
 		next = min(next, untilBoundary(now, in.File.Leaf))
 	}
-	if took := a.now().Sub(now); took > a.cfg.StaleAfter {
+	if took := a.now().Sub(now); took > a.cfg.CheckStalledAfter {
 		// The watchdog has published CheckStalled meanwhile; evidence this
 		// old must not replace it.
-		return 0, fmt.Errorf("the check took %s, over --stale-after %s: its evidence is too old to publish; checking again", took.Round(time.Millisecond), a.cfg.StaleAfter)
+		return 0, fmt.Errorf("the check took %s, over --check-stalled-after %s: its evidence is too old to publish; checking again", took.Round(time.Millisecond), a.cfg.CheckStalledAfter)
 	}
 	if wait := a.settle(v, now); wait > 0 {
 		logger.V(2).Info("Waiting for a possibly transient state to settle", "reason", v.Reason, "wait", wait)
@@ -688,12 +688,12 @@ func (a *Agent) mine(obj any) bool {
 }
 
 // watchdog publishes Unknown/CheckStalled once no check has completed for
-// StaleAfter, and again after every later stall. It writes through its own
+// CheckStalledAfter, and again after every later stall. It writes through its own
 // client call, never through the worker's writer, which may be the thing
 // that is stuck.
 func (a *Agent) watchdog(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	tick := time.NewTicker(max(a.cfg.StaleAfter/10, 10*time.Millisecond))
+	tick := time.NewTicker(max(a.cfg.CheckStalledAfter/10, 10*time.Millisecond))
 	defer tick.Stop()
 	published := false
 	for {
@@ -703,7 +703,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 		case <-tick.C:
 		}
 		now, last := a.now(), time.Unix(0, a.completed.Load())
-		if now.Sub(last) < a.cfg.StaleAfter {
+		if now.Sub(last) < a.cfg.CheckStalledAfter {
 			published = false
 			a.metrics.stalled.Set(0)
 			continue

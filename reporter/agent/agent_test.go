@@ -530,7 +530,7 @@ func TestShutdownPublishesNothing(t *testing.T) {
 // A check stuck on the API server (a list that never answers) must not
 // leave False standing: the watchdog publishes Unknown/CheckStalled naming
 // the stuck step, and the first check completed after it takes over (the
-// one that was stuck longer than --stale-after is thrown away).
+// one that was stuck longer than --check-stalled-after is thrown away).
 func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 	unlabelled := func(name string) *certv1.CertificateSigningRequest {
 		c := labelledCSR(name, time.Now())
@@ -547,7 +547,7 @@ func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.run(agent.Config{Resync: 50 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, StaleAfter: 2 * time.Second,
+	h.run(agent.Config{Resync: 50 * time.Millisecond, ProbeTimeout: 500 * time.Millisecond, CheckStalledAfter: 2 * time.Second,
 		FallbackMinBackoff: 10 * time.Millisecond, FallbackMaxBackoff: 10 * time.Millisecond, Ledger: l})
 	// Cleanups run last first: the list is released before the agent is
 	// stopped, whatever failed.
@@ -606,7 +606,7 @@ func TestStalledChecksAreNotLeftFalse(t *testing.T) {
 	h.mu.Lock()
 	for _, p := range h.patches[stalledAt:] {
 		if p.Status == corev1.ConditionFalse {
-			t.Errorf("False published from the check that was stuck past --stale-after: %+v", p)
+			t.Errorf("False published from the check that was stuck past --check-stalled-after: %+v", p)
 		}
 	}
 	h.mu.Unlock()

@@ -124,7 +124,7 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 		}),
 		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_check_stalled",
-			Help: "1 while no check has completed for --stale-after (the watchdog then publishes Unknown/CheckStalled), else 0.",
+			Help: "1 while no check has completed for --check-stalled-after (the watchdog then publishes Unknown/CheckStalled), else 0.",
 		}),
 		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "certready_clock_skew_seconds",
