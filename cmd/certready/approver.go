@@ -221,7 +221,7 @@ func runApprover(ctx context.Context, args []string) int {
 		o.CAPI.UserAgent, o.CAPI.QPS, o.CAPI.Burst = "certready-approver/"+version, kf.qps, kf.burst
 	}
 	// Events get a client (and so a client-side rate limit) of their own,
-	// at the old default: in a storm, approval events wait (or are dropped
+	// a fifth of the approver's (100/s): in a storm, approval events wait (or are dropped
 	// by the broadcaster) rather than the approvals they record, which the
 	// CSR's own condition carries anyway.
 	events := kf

@@ -69,13 +69,13 @@ func Verify(before, now []NodeStatus, caChange bool) []Verification {
 		case !n.Ready:
 			v.Reason = fmt.Sprintf("not ready now: %s", problemOf(n))
 		case v.After == nil:
-			v.Reason = "ready, but its agent reports no certificate (an older agent?)"
+			v.Reason = "ready, but no facts state its certificate (annotation " + names.FactsAnnotation + " absent: node-problem-detector mode states none)"
 		case v.After.Fingerprint == v.Before.Fingerprint:
 			v.Reason = "the serving certificate did not change (sha256 " + v.After.Short() + ")"
 		case b.NotAfter == nil || n.NotAfter == nil || !n.NotAfter.After(*b.NotAfter):
 			v.Reason = fmt.Sprintf("the new certificate does not expire later (%s, was %s)", v.After.NotAfter, v.Before.NotAfter)
 		case caChange && (v.Before.CA == "" || v.After.CA == ""):
-			v.Reason = "the CA is not stated in the baseline or now (an older agent): a CA change cannot be verified"
+			v.Reason = "the CA is not stated in the baseline or now (its facts name none): a CA change cannot be verified"
 		case caChange && v.Before.CA == v.After.CA:
 			v.Reason = "the CA did not change (sha256 " + short(v.After.CA) + "), and --expect-ca-change says it should have"
 		case !caChange && v.Before.CA != "" && v.After.CA != "" && v.Before.CA != v.After.CA:
