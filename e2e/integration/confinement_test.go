@@ -347,11 +347,19 @@ func TestOnlyTheAgentWritesTheFacts(t *testing.T) {
 	}
 	admin := annotate(api.Admin)
 	agent := annotate(kubernetes.NewForConfigOrDie(agentOnNode(t, ctx, ns, sa, node.Name)), "status")
+	// The node's own kubelet may patch its Node (NodeRestriction allows
+	// its annotations), the forger with the most reason to.
+	_, kubeletClient := nodeIdentity(t, node.Name)
+	kubelet, kubeletStatus := annotate(kubeletClient), annotate(kubeletClient, "status")
 	facts, forged := `{"notAfter":"2027-12-01T12:00:00Z","sha256":"`+strings.Repeat("ab", 32)+`"}`, `{"notAfter":"2099-01-01T00:00:00Z","sha256":"`+strings.Repeat("cd", 32)+`"}`
 	runConfinement(t, ctx, "certready-condition-writers", []confinementCase{
 		{"an administrator sets the facts", admin(names.FactsAnnotation, &forged), false},
 		{"an administrator annotates otherwise", admin("example.com/owner", &forged), true},
+		{"the node's kubelet sets the facts", kubelet(names.FactsAnnotation, &forged), false},
 		{"the agent sets its facts", agent(names.FactsAnnotation, &facts), true},
+		{"the node's kubelet changes them", kubelet(names.FactsAnnotation, &forged), false},
+		{"the node's kubelet changes them through the status", kubeletStatus(names.FactsAnnotation, &forged), false},
+		{"the node's kubelet annotates otherwise", kubelet("example.com/owner", &forged), true},
 		{"an administrator changes them", admin(names.FactsAnnotation, &forged), false},
 		{"an administrator removes them", admin(names.FactsAnnotation, nil), false},
 		{"the agent removes them", agent(names.FactsAnnotation, nil), true},
