@@ -18,10 +18,10 @@ import (
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/agent/apiclock"
-	"github.com/certready/certready/reporter/agent/apipath"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/kubeletconfig"
-	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/servingcert/apipath"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 const serviceAccountCA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"

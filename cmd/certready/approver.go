@@ -24,13 +24,13 @@ import (
 	"github.com/certready/certready/internal/clientmetrics"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/observe"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/metricscert"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/approver/taint"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 // approverFlags are the approver's command line: the options it sets

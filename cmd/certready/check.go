@@ -11,8 +11,8 @@ import (
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/certfile"
 	"github.com/certready/certready/reporter/npdcheck"
+	"github.com/certready/certready/reporter/servingcert/certfile"
 )
 
 func runCheck(ctx context.Context, args []string) int {

@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
 // exitCode carries a command's exit status through cobra (status and

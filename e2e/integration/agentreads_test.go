@@ -16,8 +16,8 @@ import (
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 // createCSR files a kubelet-serving request for node as who (a kubelet's

@@ -28,7 +28,7 @@ import (
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
 // shippedPolicy creates the admission policy name and its binding as

@@ -21,7 +21,7 @@ import (
 	"github.com/certready/certready/e2e/localcluster"
 	"github.com/certready/certready/e2e/provider"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // A kubelet configured without serverTLSBootstrap joins, first while the

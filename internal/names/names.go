@@ -2,7 +2,7 @@
 // one part owns: the CSR signer and label the approver writes and the agent
 // selects by, the node identity prefix, the node condition, the readiness
 // taint, and the one format of times in condition messages and events.
-// Reasons stay with the verdict that gives them (reporter/agent/verdict).
+// Reasons stay with the verdict that gives them (reporter/servingcert/verdict).
 package names
 
 import (

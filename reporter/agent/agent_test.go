@@ -42,9 +42,9 @@ import (
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent"
 	"github.com/certready/certready/reporter/agent/apiclock"
-	"github.com/certready/certready/reporter/agent/apipath"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/apipath"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // kubelet is a stand-in for the kubelet's serving port: it presents

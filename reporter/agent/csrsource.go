@@ -12,8 +12,8 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 // csrSource gives the CSR evidence for one node. Its main input is the

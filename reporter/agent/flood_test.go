@@ -18,7 +18,7 @@ import (
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/securemetrics"
 	"github.com/certready/certready/reporter/agent"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // slowReviewer is the API server's reviews: prom-token is Prometheus's,

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/reporter/agent/renewal"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // metrics are the agent's Prometheus series. An agent reports one node, so

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 func TestFindingsComeFromRecentAgentEvents(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/condition"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
 // The agent DaemonSet as the chart renders it: Linux nodes, every taint

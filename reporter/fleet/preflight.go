@@ -17,7 +17,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/servingcert/condition"
 
 	"github.com/certready/certready/internal/names"
 )

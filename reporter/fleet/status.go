@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // NodeStatus is one node's line in the fleet view.

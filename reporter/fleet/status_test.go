@@ -10,9 +10,9 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 func TestStatusOnFixtures(t *testing.T) {

@@ -28,8 +28,8 @@ import (
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/observe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/observe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // MaxOutput is node-problem-detector's default max_output_length.

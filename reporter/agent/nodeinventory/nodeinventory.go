@@ -26,7 +26,7 @@ import (
 
 	"github.com/certready/certready/internal/inventorydoc"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Source is one inventory, as it concerns one node. A nil *Source is

@@ -17,7 +17,7 @@ import (
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent/nodeinventory"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 func describe(inv *verdict.Inventory) string {

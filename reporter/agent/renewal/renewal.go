@@ -21,7 +21,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
 )
 
 // Reason says what holds the renewal up.

@@ -17,8 +17,8 @@ import (
 	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/condition"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Who lifted a readiness taint, as a lift's By says.

@@ -18,8 +18,8 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testwait"
-	"github.com/certready/certready/reporter/agent/verdict"
 	"github.com/certready/certready/reporter/approver/taint"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {

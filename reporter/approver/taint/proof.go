@@ -20,9 +20,9 @@ import (
 	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/observe"
-	"github.com/certready/certready/reporter/agent/probe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/observe"
+	"github.com/certready/certready/reporter/servingcert/probe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Prover looks at a node's kubelet as the API server would before the

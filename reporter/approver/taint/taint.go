@@ -33,7 +33,7 @@ import (
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/workloop"
-	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
 // CompletedAnnotation records when certready lifted the startup taint.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/servingcert/certfile"
 )
 
 func issue(t *testing.T) (*testpki.CA, *testpki.Pair) {

@@ -14,11 +14,11 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/kubeletconfig"
-	"github.com/certready/certready/reporter/agent/probe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/probe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 var now = time.Now()

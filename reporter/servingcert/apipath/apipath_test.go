@@ -17,8 +17,8 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/agent/apipath"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/apipath"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // apiServer answers pods/log as the API server does: the log as text, or

@@ -14,7 +14,7 @@ import (
 	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/certfile"
+	"github.com/certready/certready/reporter/servingcert/certfile"
 )
 
 // State is what the node's CSRs say about the installed certificate.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
 )
 
 var base = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)

@@ -19,7 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/certready/certready/internal/fingerprint"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Mode is --apiserver-proof.

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/certready/certready/internal/fingerprint"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // DefaultTimeout bounds one probe: dial plus handshake.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 func addrs(s ...string) []netip.Addr {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/probe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/probe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 var loopback = net.ParseIP("127.0.0.1")

@@ -24,7 +24,7 @@ const (
 	HandshakeFailed Outcome = "HandshakeFailed"
 )
 
-// Endpoint is what the kubelet presented on its port (reporter/agent/probe
+// Endpoint is what the kubelet presented on its port (reporter/servingcert/probe
 // observes it; the types live here so that the verdict needs no network code).
 type Endpoint struct {
 	Outcome     Outcome

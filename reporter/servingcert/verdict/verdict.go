@@ -20,9 +20,9 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
 )
 
 // Check names one step of the verification.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
-	"github.com/certready/certready/reporter/agent/condition"
+	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
 const (

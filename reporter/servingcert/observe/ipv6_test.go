@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/observe"
-	"github.com/certready/certready/reporter/agent/probe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/observe"
+	"github.com/certready/certready/reporter/servingcert/probe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // TestIPv6AndDualStackNodes runs the observation path (installed file,

@@ -19,8 +19,8 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
-	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/observe"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 func csrFor(name, node string, labelled bool, certPEM []byte) *certv1.CertificateSigningRequest {

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/certready/certready/reporter/agent/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
 )
 
 func TestReadNamesWhatTheKubeletWouldDo(t *testing.T) {

@@ -27,11 +27,11 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
-	"github.com/certready/certready/reporter/agent/certfile"
-	"github.com/certready/certready/reporter/agent/csrmatch"
-	"github.com/certready/certready/reporter/agent/kubeletconfig"
-	"github.com/certready/certready/reporter/agent/probe"
-	"github.com/certready/certready/reporter/agent/verdict"
+	"github.com/certready/certready/reporter/servingcert/certfile"
+	"github.com/certready/certready/reporter/servingcert/csrmatch"
+	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/probe"
+	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // DefaultKubeletPort is used when neither the flag nor the Node says otherwise.
