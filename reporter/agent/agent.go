@@ -434,9 +434,9 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 				return a.client.PodLog(ctx, a.cfg.PodNamespace, a.cfg.PodName, a.cfg.Container)
 			},
 			Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
-			Count: func(o verdict.APIPathOutcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
+			Count: func(o apipath.Outcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
 		}
-		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
+		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) apipath.Result {
 			return a.apiProof.Evidence(ctx, fp, a.now(), !a.publishedReady)
 		}
 		// A refusal is the healthy answer here: it stands as long as a
@@ -445,9 +445,9 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 		a.unverified = &apipath.Prover{
 			Ask: a.apiProof.Ask, Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: a.cfg.APIProofInterval,
 			FailureStands: a.cfg.APIProofInterval,
-			Count:         func(o verdict.APIPathOutcome) { a.metrics.unverifiedAsks.WithLabelValues(string(o)).Inc() },
+			Count:         func(o apipath.Outcome) { a.metrics.unverifiedAsks.WithLabelValues(string(o)).Inc() },
 		}
-		a.check.Unverified = func(ctx context.Context, fp fingerprint.SHA256) verdict.APIPath {
+		a.check.Unverified = func(ctx context.Context, fp fingerprint.SHA256) apipath.Result {
 			return a.unverified.Evidence(ctx, fp, a.now(), false)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/reporter/agent/renewal"
+	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
@@ -141,7 +142,7 @@ func newMetrics(reg prometheus.Registerer, cfg Config) *metrics {
 	if cfg.Inventory != "" && cfg.Inventory != "node" {
 		reg.MustRegister(m.drift)
 	}
-	for _, o := range verdict.APIPathOutcomes {
+	for _, o := range apipath.Outcomes {
 		m.apiProofs.WithLabelValues(string(o))
 	}
 	oneHot(m.reason, verdict.AllReasons, "")

@@ -22,7 +22,6 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/reporter/servingcert/observe"
 	"github.com/certready/certready/reporter/servingcert/probe"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Prover looks at a node's kubelet as the API server would before the
@@ -63,7 +62,7 @@ func (p *Prover) Prove(ctx context.Context, node *corev1.Node) error {
 	}
 	port := observe.KubeletPort(p.Port, node)
 	res := probe.Probe(ctx, probe.Target{Addr: net.JoinHostPort(info.Dial, strconv.Itoa(port)), ServerName: info.Dial, Roots: p.Roots, Timeout: p.Timeout, Now: now})
-	if res.Outcome != verdict.Presented {
+	if res.Outcome != probe.Presented {
 		return fmt.Errorf("the kubelet serves no certificate: %s", res.Describe())
 	}
 	if res.VerifyErr != nil {

@@ -19,8 +19,30 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/certready/certready/internal/fingerprint"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
+
+// Outcome is what the API server's answer to a log request says
+// about its connection to the kubelet.
+type Outcome string
+
+const (
+	Proven       Outcome = "proven"
+	CannotVerify Outcome = "cannot-verify"
+	CannotReach  Outcome = "cannot-reach"
+	// Unavailable: the request told nothing about the path (RBAC,
+	// throttling, another API error): the verdict is Unknown.
+	Unavailable Outcome = "unavailable"
+)
+
+// Outcomes lists them, for metrics.
+var Outcomes = []Outcome{Proven, CannotVerify, CannotReach, Unavailable}
+
+// Result is the evidence of the API server's path to the kubelet.
+type Result struct {
+	Outcome Outcome
+	// Detail is the API server's error, or why nothing was learnt.
+	Detail string
+}
 
 // Mode is --apiserver-proof.
 type Mode string
@@ -49,35 +71,35 @@ func ParseMode(s string) (Mode, error) {
 // (".../containerLogs/...", the URL it dialled) says the path failed;
 // anything else (the agent's own connection to the API server, etcd, a
 // restarting API server) tells nothing about the path.
-func Classify(err error) (verdict.APIPathOutcome, string) {
+func Classify(err error) (Outcome, string) {
 	if err == nil {
-		return verdict.APIPathProven, ""
+		return Proven, ""
 	}
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
-		return verdict.APIPathUnavailable, "the log request did not reach the API server: " + err.Error()
+		return Unavailable, "the log request did not reach the API server: " + err.Error()
 	}
 	msg := st.Status().Message
 	lower := strings.ToLower(msg)
 	fromKubeletDial := strings.Contains(msg, "/containerLogs/")
 	switch code := st.Status().Code; {
 	case (code == 401 || code == 403) && strings.HasPrefix(msg, "pods "):
-		return verdict.APIPathUnavailable, "the API server refused the agent's log request (" + msg + "): the agent needs get on pods/log in its namespace"
+		return Unavailable, "the API server refused the agent's log request (" + msg + "): the agent needs get on pods/log in its namespace"
 	case code == 401 || code == 403:
 		// Relayed from the kubelet: the TLS connection worked, the kubelet
 		// refused the API server's client (kubectl logs fails too).
-		return verdict.APIPathUnavailable, "the kubelet refused the API server's request (" + msg + "): check the kubelet's authentication and authorization of the API server's client certificate"
+		return Unavailable, "the kubelet refused the API server's request (" + msg + "): check the kubelet's authentication and authorization of the API server's client certificate"
 	case code == 404:
-		return verdict.APIPathUnavailable, "the agent's own pod or container was not found (" + msg + "): check --pod-name, --pod-namespace and --container-name"
+		return Unavailable, "the agent's own pod or container was not found (" + msg + "): check --pod-name, --pod-namespace and --container-name"
 	case !fromKubeletDial:
-		return verdict.APIPathUnavailable, "the log request failed: " + msg
+		return Unavailable, "the log request failed: " + msg
 	case strings.Contains(lower, "x509:") || strings.Contains(lower, "failed to verify certificate") || strings.Contains(lower, "tls:"):
-		return verdict.APIPathCannotVerify, msg
+		return CannotVerify, msg
 	case strings.Contains(lower, "dial tcp") || strings.Contains(lower, "connection refused") || strings.Contains(lower, "i/o timeout") ||
 		strings.Contains(lower, "no route to host") || strings.Contains(lower, "network is unreachable") || strings.Contains(lower, "connection reset"):
-		return verdict.APIPathCannotReach, msg
+		return CannotReach, msg
 	}
-	return verdict.APIPathUnavailable, "the log request failed: " + msg
+	return Unavailable, "the log request failed: " + msg
 }
 
 // Prover asks, and remembers its answers, so that a node in steady state
@@ -97,7 +119,7 @@ type Prover struct {
 	// ready.
 	Fresh time.Duration
 	// Count, when set, hears each request's outcome.
-	Count func(verdict.APIPathOutcome)
+	Count func(Outcome)
 	// FailureStands, when set, is how long a failed answer stands
 	// (else 30 s, doubling up to Interval): for a prover whose failure is
 	// the healthy answer.
@@ -109,7 +131,7 @@ type Prover struct {
 	provenAt  time.Time
 	// The last failed answer, for which certificate, when, and how many
 	// in a row.
-	failed    verdict.APIPath
+	failed    Result
 	failedFor fingerprint.SHA256
 	failedAt  time.Time
 	failures  int
@@ -126,10 +148,10 @@ type Prover struct {
 // tells nothing (unavailable) does not take back a proof of fp younger
 // than twice Interval, unless the verdict is about to become ready; a
 // failure of the path itself (cannot verify, cannot reach) does.
-func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.Time, becomingReady bool) verdict.APIPath {
+func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.Time, becomingReady bool) Result {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	proven := verdict.APIPath{Outcome: verdict.APIPathProven}
+	proven := Result{Outcome: Proven}
 	provenAge := now.Sub(p.provenAt)
 	hasProof := !p.provenAt.IsZero() && fp == p.provenFor && provenAge >= 0
 	stands := p.Interval + p.jitter
@@ -139,8 +161,8 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	if hasProof && provenAge < stands {
 		return proven
 	}
-	graced := func(r verdict.APIPath) verdict.APIPath {
-		if r.Outcome == verdict.APIPathUnavailable && hasProof && !becomingReady && provenAge < 2*p.Interval {
+	graced := func(r Result) Result {
+		if r.Outcome == Unavailable && hasProof && !becomingReady && provenAge < 2*p.Interval {
 			return proven
 		}
 		return r
@@ -156,7 +178,7 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	err := p.Ask(rctx)
 	if err != nil && ctx.Err() != nil {
 		// Cut short by the caller: no answer of the API server's.
-		return verdict.APIPath{Outcome: verdict.APIPathUnavailable, Detail: "the check was cut short"}
+		return Result{Outcome: Unavailable, Detail: "the check was cut short"}
 	}
 	if err != nil && rctx.Err() != nil {
 		err = errors.New("no answer within " + p.Timeout.String() + " (the API server or the kubelet log endpoint hangs)")
@@ -165,7 +187,7 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	if p.Count != nil {
 		p.Count(outcome)
 	}
-	if outcome == verdict.APIPathProven {
+	if outcome == Proven {
 		p.provenFor, p.provenAt, p.failures, p.failedAt = fp, now, 0, time.Time{}
 		if p.Interval > 0 {
 			p.jitter = time.Duration(rand.Int64N(int64(p.Interval/10) + 1))
@@ -175,10 +197,10 @@ func (p *Prover) Evidence(ctx context.Context, fp fingerprint.SHA256, now time.T
 	if fp != p.failedFor {
 		p.failures = 0
 	}
-	p.failed, p.failedFor, p.failedAt = verdict.APIPath{Outcome: outcome, Detail: detail}, fp, now
+	p.failed, p.failedFor, p.failedAt = Result{Outcome: outcome, Detail: detail}, fp, now
 	p.failures++
 	p.failJitter = time.Duration(rand.Int64N(int64(p.backoff()/10) + 1))
-	if outcome != verdict.APIPathUnavailable {
+	if outcome != Unavailable {
 		p.provenAt = time.Time{} // the path failed: no proof stands
 	}
 	return graced(p.failed)

@@ -18,7 +18,6 @@ import (
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/servingcert/apipath"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // apiServer answers pods/log as the API server does: the log as text, or
@@ -50,7 +49,7 @@ func TestClassifyTheAgentsOwnErrorsAsUnavailable(t *testing.T) {
 		errors.New(`Get "https://10.96.0.1:443/api/v1/namespaces/certready-system/pods/x/log": dial tcp 10.96.0.1:443: connect: connection refused`),
 		errors.New(`Get "https://10.96.0.1:443/api/v1/namespaces/certready-system/pods/x/log": tls: failed to verify certificate: x509: certificate has expired`),
 	} {
-		if got, _ := apipath.Classify(err); got != verdict.APIPathUnavailable {
+		if got, _ := apipath.Classify(err); got != apipath.Unavailable {
 			t.Errorf("%v: %s, want unavailable", err, got)
 		}
 	}
@@ -63,24 +62,24 @@ func TestClassifyTheAPIServersAnswers(t *testing.T) {
 		name    string
 		code    int
 		message string
-		want    verdict.APIPathOutcome
+		want    apipath.Outcome
 	}{
-		{"a log, even of one byte", http.StatusOK, "", verdict.APIPathProven},
+		{"a log, even of one byte", http.StatusOK, "", apipath.Proven},
 		{"the API server does not trust the kubelet's CA", http.StatusInternalServerError,
-			`Get "https://192.0.2.11:10250/containerLogs/certready-system/certready-agent-x1/agent?limitBytes=1": tls: failed to verify certificate: x509: certificate signed by unknown authority`, verdict.APIPathCannotVerify},
+			`Get "https://192.0.2.11:10250/containerLogs/certready-system/certready-agent-x1/agent?limitBytes=1": tls: failed to verify certificate: x509: certificate signed by unknown authority`, apipath.CannotVerify},
 		{"the address it dials is not in the certificate", http.StatusInternalServerError,
-			`Get "https://198.51.100.7:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate is valid for 192.0.2.11, not 198.51.100.7`, verdict.APIPathCannotVerify},
+			`Get "https://198.51.100.7:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate is valid for 192.0.2.11, not 198.51.100.7`, apipath.CannotVerify},
 		{"the kubelet has no serving certificate", http.StatusInternalServerError,
-			`Get "https://192.0.2.11:10250/containerLogs/x": remote error: tls: internal error`, verdict.APIPathCannotVerify},
+			`Get "https://192.0.2.11:10250/containerLogs/x": remote error: tls: internal error`, apipath.CannotVerify},
 		{"a firewall drops the connection", http.StatusInternalServerError,
-			`Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: i/o timeout`, verdict.APIPathCannotReach},
-		{"nothing listens", http.StatusInternalServerError, `Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: connect: connection refused`, verdict.APIPathCannotReach},
-		{"the kubelet refuses the API server's client (relayed)", http.StatusForbidden, `Forbidden (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)`, verdict.APIPathUnavailable},
-		{"etcd away: a dial, but not the kubelet's", http.StatusInternalServerError, `rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.10:2379: connect: connection refused"`, verdict.APIPathUnavailable},
-		{"no right to read the log", http.StatusForbidden, `pods "certready-agent-x1" is forbidden: User "system:serviceaccount:certready-system:certready-agent" cannot get resource "pods/log"`, verdict.APIPathUnavailable},
-		{"the pod is not found", http.StatusNotFound, `pods "certready-agent-x1" not found`, verdict.APIPathUnavailable},
-		{"throttled", http.StatusTooManyRequests, `too many requests`, verdict.APIPathUnavailable},
-		{"another server error", http.StatusInternalServerError, `etcdserver: request timed out`, verdict.APIPathUnavailable},
+			`Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: i/o timeout`, apipath.CannotReach},
+		{"nothing listens", http.StatusInternalServerError, `Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: connect: connection refused`, apipath.CannotReach},
+		{"the kubelet refuses the API server's client (relayed)", http.StatusForbidden, `Forbidden (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)`, apipath.Unavailable},
+		{"etcd away: a dial, but not the kubelet's", http.StatusInternalServerError, `rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.10:2379: connect: connection refused"`, apipath.Unavailable},
+		{"no right to read the log", http.StatusForbidden, `pods "certready-agent-x1" is forbidden: User "system:serviceaccount:certready-system:certready-agent" cannot get resource "pods/log"`, apipath.Unavailable},
+		{"the pod is not found", http.StatusNotFound, `pods "certready-agent-x1" not found`, apipath.Unavailable},
+		{"throttled", http.StatusTooManyRequests, `too many requests`, apipath.Unavailable},
+		{"another server error", http.StatusInternalServerError, `etcdserver: request timed out`, apipath.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api, err := nodeapi.New(apiServer(t, tc.code, tc.message))
@@ -137,7 +136,7 @@ func TestProverAsksOnlyWhenTheProofNoLongerStands(t *testing.T) {
 	}
 	answer = apierrors.NewInternalError(errors.New(`Get "https://192.0.2.11:10250/containerLogs/x": dial tcp 192.0.2.11:10250: i/o timeout`))
 	base := t0.Add(time.Hour)
-	if r := p.Evidence(ctx, a, base, false); r.Outcome != verdict.APIPathCannotReach || asked.Load() != 5 {
+	if r := p.Evidence(ctx, a, base, false); r.Outcome != apipath.CannotReach || asked.Load() != 5 {
 		t.Fatalf("a failure: %+v after %d requests", r, asked.Load())
 	}
 	if p.Evidence(ctx, a, base.Add(10*time.Second), false); asked.Load() != 5 {
@@ -161,18 +160,18 @@ func TestProverAsksOnlyWhenTheProofNoLongerStands(t *testing.T) {
 	p2 := &apipath.Prover{Ask: func(context.Context) error { asked.Add(1); return answer }, Timeout: time.Second, Interval: 10 * time.Minute, Fresh: time.Minute}
 	p2.Evidence(ctx, a, t0, true)
 	answer = apierrors.NewServiceUnavailable("the API server is shutting down")
-	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute), false); r.Outcome != verdict.APIPathProven {
+	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute), false); r.Outcome != apipath.Proven {
 		t.Errorf("an unavailable answer 12 minutes after a proof: %+v, want the proof kept", r)
 	}
-	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute+time.Second), true); r.Outcome != verdict.APIPathUnavailable {
+	if r := p2.Evidence(ctx, a, t0.Add(12*time.Minute+time.Second), true); r.Outcome != apipath.Unavailable {
 		t.Errorf("about to become ready on an unavailable answer: %+v, want unavailable", r)
 	}
-	if r := p2.Evidence(ctx, a, t0.Add(25*time.Minute), false); r.Outcome != verdict.APIPathUnavailable {
+	if r := p2.Evidence(ctx, a, t0.Add(25*time.Minute), false); r.Outcome != apipath.Unavailable {
 		t.Errorf("unavailable 25 minutes after the proof: %+v, want unavailable", r)
 	}
 
 	hang := &apipath.Prover{Ask: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, Timeout: 50 * time.Millisecond, Interval: time.Minute, Fresh: time.Minute}
-	if r := hang.Evidence(ctx, a, t0, true); r.Outcome != verdict.APIPathUnavailable || !strings.Contains(r.Detail, "no answer within") {
+	if r := hang.Evidence(ctx, a, t0, true); r.Outcome != apipath.Unavailable || !strings.Contains(r.Detail, "no answer within") {
 		t.Errorf("a hanging log endpoint: %+v, want unavailable naming the timeout", r)
 	}
 }

@@ -47,13 +47,13 @@ func TestTheInventorysAddressIsTheOneDialled(t *testing.T) {
 		name        string
 		inv         *verdict.Inventory
 		wantAddr    string
-		wantOutcome verdict.Outcome
+		wantOutcome probe.Outcome
 		wantDrift   string
 	}{
-		{name: "no inventory: the Node's InternalIP", wantAddr: "127.0.0.5", wantOutcome: verdict.Unreachable},
-		{name: "not listed: the Node's InternalIP", inv: &verdict.Inventory{Source: "file inv.yaml"}, wantAddr: "127.0.0.5", wantOutcome: verdict.Unreachable},
+		{name: "no inventory: the Node's InternalIP", wantAddr: "127.0.0.5", wantOutcome: probe.Unreachable},
+		{name: "not listed: the Node's InternalIP", inv: &verdict.Inventory{Source: "file inv.yaml"}, wantAddr: "127.0.0.5", wantOutcome: probe.Unreachable},
 		{name: "listed: the inventory's address", inv: &verdict.Inventory{Source: "file inv.yaml", Listed: true, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
-			wantAddr: "127.0.0.1", wantOutcome: verdict.Presented, wantDrift: "the Node reports 127.0.0.5 (InternalIP), which it does not record; it records 127.0.0.1, which the Node does not report; the agent dials the inventory's 127.0.0.1"},
+			wantAddr: "127.0.0.1", wantOutcome: probe.Presented, wantDrift: "the Node reports 127.0.0.5 (InternalIP), which it does not record; it records 127.0.0.1, which the Node does not report; the agent dials the inventory's 127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := verdict.Input{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true, Inventory: tc.inv}
@@ -67,7 +67,7 @@ func TestTheInventorysAddressIsTheOneDialled(t *testing.T) {
 			}
 			in.Endpoint = &res
 			v := verdict.Evaluate(in)
-			if v.Ready() != (tc.wantOutcome == verdict.Presented) {
+			if v.Ready() != (tc.wantOutcome == probe.Presented) {
 				t.Errorf("verdict %s %s: %s", v.Status, v.Reason, v.Message)
 			}
 			got := verdict.Drift(in)

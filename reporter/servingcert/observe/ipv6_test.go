@@ -63,7 +63,7 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 				t.Fatalf("probe dials %s, want %s", target.Addr, want)
 			}
 			res := probe.Probe(context.Background(), target)
-			if res.Outcome != verdict.Presented {
+			if res.Outcome != probe.Presented {
 				t.Fatalf("probe of %s: %s", target.Addr, res.Describe())
 			}
 			in.Endpoint = &res

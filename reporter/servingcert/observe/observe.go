@@ -27,6 +27,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/trim"
+	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
 	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
@@ -64,12 +65,12 @@ type Check struct {
 	// APIPath, when set, proves the API server's path to the kubelet
 	// (package apipath) for the installed certificate, once every
 	// node-local check passed.
-	APIPath func(ctx context.Context, installed fingerprint.SHA256) verdict.APIPath
+	APIPath func(ctx context.Context, installed fingerprint.SHA256) apipath.Result
 	// Unverified, when set, asks the same of the API server while the
 	// kubelet presents a certificate the CA does not verify (the
 	// node-local checks failed): an answer means the API server verifies
 	// no kubelet (verdict.APIServerVerifiesNoKubelet).
-	Unverified func(ctx context.Context, presented fingerprint.SHA256) verdict.APIPath
+	Unverified func(ctx context.Context, presented fingerprint.SHA256) apipath.Result
 	// KubeletConfig is the kubelet's configuration file ("": not read).
 	KubeletConfig string
 }

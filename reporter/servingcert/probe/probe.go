@@ -17,7 +17,6 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/reporter/servingcert/certfile"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // DefaultTimeout bounds one probe: dial plus handshake.
@@ -35,18 +34,18 @@ type Target struct {
 }
 
 // Probe dials t.Addr and completes a TLS handshake. It never fails: every
-// problem is an Endpoint with an Outcome and a Detail.
-func Probe(ctx context.Context, t Target) verdict.Endpoint {
+// problem is a Result with an Outcome and a Detail.
+func Probe(ctx context.Context, t Target) Result {
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res := verdict.Endpoint{Addr: t.Addr}
+	res := Result{Addr: t.Addr}
 	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", t.Addr)
 	if err != nil {
-		res.Outcome, res.Detail = verdict.Unreachable, err.Error()
+		res.Outcome, res.Detail = Unreachable, err.Error()
 		return res
 	}
 	defer raw.Close()
@@ -69,10 +68,10 @@ func Probe(ctx context.Context, t Target) verdict.Endpoint {
 	}
 	_ = conn.Close()
 	if len(chain) == 0 {
-		res.Outcome, res.Detail = verdict.NoCertificate, "the server completed the handshake without a certificate"
+		res.Outcome, res.Detail = NoCertificate, "the server completed the handshake without a certificate"
 		return res
 	}
-	res.Outcome = verdict.Presented
+	res.Outcome = Presented
 	res.Leaf = chain[0]
 	res.Fingerprint = fingerprint.Of(chain[0])
 	at := t.Now
@@ -90,16 +89,16 @@ func Probe(ctx context.Context, t Target) verdict.Endpoint {
 	return res
 }
 
-func classify(err error) verdict.Outcome {
+func classify(err error) Outcome {
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) {
-		return verdict.NotTLS
+		return NotTLS
 	}
 	// crypto/tls keeps its alert type unexported on TCP connections: the
 	// message is the only handle on the internal_error alert a kubelet
 	// sends when it has no certificate to serve.
 	if strings.Contains(err.Error(), "remote error: tls: internal error") {
-		return verdict.NoCertificate
+		return NoCertificate
 	}
-	return verdict.HandshakeFailed
+	return HandshakeFailed
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/reporter/servingcert/probe"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 var loopback = net.ParseIP("127.0.0.1")
@@ -104,27 +103,27 @@ func TestProbe(t *testing.T) {
 	cases := []struct {
 		name        string
 		addr        string
-		want        verdict.Outcome
+		want        probe.Outcome
 		wantFP      fingerprint.SHA256
 		wantTrusted bool
 		// wantUnchained: no chain to the CA, whatever the names.
 		wantUnchained bool
 		wantDetail    string
 	}{
-		{name: "kubelet presents a trusted certificate", addr: static(good), want: verdict.Presented, wantFP: fingerprint.Of(good.Cert), wantTrusted: true},
-		{name: "certificate from another CA", addr: static(foreign), want: verdict.Presented, wantFP: fingerprint.Of(foreign.Cert), wantUnchained: true},
-		{name: "a kubelet's own certificate for its hostname (x509 names the name first)", addr: static(selfSigned), want: verdict.Presented, wantFP: fingerprint.Of(selfSigned.Cert), wantUnchained: true},
-		{name: "certificate without the dialled IP", addr: static(wrongIP), want: verdict.Presented, wantFP: fingerprint.Of(wrongIP.Cert)},
+		{name: "kubelet presents a trusted certificate", addr: static(good), want: probe.Presented, wantFP: fingerprint.Of(good.Cert), wantTrusted: true},
+		{name: "certificate from another CA", addr: static(foreign), want: probe.Presented, wantFP: fingerprint.Of(foreign.Cert), wantUnchained: true},
+		{name: "a kubelet's own certificate for its hostname (x509 names the name first)", addr: static(selfSigned), want: probe.Presented, wantFP: fingerprint.Of(selfSigned.Cert), wantUnchained: true},
+		{name: "certificate without the dialled IP", addr: static(wrongIP), want: probe.Presented, wantFP: fingerprint.Of(wrongIP.Cert)},
 		{
 			name: "kubelet without a certificate: tls internal error",
 			addr: serveTLS(t, func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				return nil, errors.New("no serving certificate available for the kubelet")
 			}),
-			want: verdict.NoCertificate, wantDetail: "internal error",
+			want: probe.NoCertificate, wantDetail: "internal error",
 		},
-		{name: "plain HTTP on the port", addr: plainHTTP, want: verdict.NotTLS},
-		{name: "nothing listening", addr: closedAddr, want: verdict.Unreachable, wantDetail: "refused"},
-		{name: "listener that never answers", addr: silent, want: verdict.HandshakeFailed, wantDetail: "deadline"},
+		{name: "plain HTTP on the port", addr: plainHTTP, want: probe.NotTLS},
+		{name: "nothing listening", addr: closedAddr, want: probe.Unreachable, wantDetail: "refused"},
+		{name: "listener that never answers", addr: silent, want: probe.HandshakeFailed, wantDetail: "deadline"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,7 +134,7 @@ func TestProbe(t *testing.T) {
 			if res.Fingerprint != tc.wantFP {
 				t.Errorf("fingerprint = %s, want %s", res.Fingerprint.Short(), tc.wantFP.Short())
 			}
-			if tc.want == verdict.Presented && (res.VerifyErr == nil) != tc.wantTrusted {
+			if tc.want == probe.Presented && (res.VerifyErr == nil) != tc.wantTrusted {
 				t.Errorf("verify error = %v, want trusted=%v", res.VerifyErr, tc.wantTrusted)
 			}
 			if res.Unchained != tc.wantUnchained {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/certready/certready/reporter/servingcert/probe"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
@@ -68,7 +69,7 @@ func TestInventoryDriftIsNamedNeverDecided(t *testing.T) {
 			in.Inventory = &verdict.Inventory{Source: src, Err: errors.New("the ConfigMap does not exist")}
 		}, wantReason: verdict.Ready, want: []string{"cannot be read, so the Node's addresses were used: the ConfigMap does not exist"}},
 		{name: "a failing verdict names the drift too", change: func(in *verdict.Input) {
-			in.Endpoint = &verdict.Endpoint{Outcome: verdict.Unreachable, Addr: "192.0.2.11:10250", Detail: "connection refused"}
+			in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "connection refused"}
 			in.Node.Reported = append(in.Node.Reported, reported("InternalIP", "192.0.2.99")...)
 			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
 		}, wantReason: verdict.EndpointUnreachable, want: []string{"the Node reports 192.0.2.99 (InternalIP), which it does not record"}},

@@ -20,9 +20,11 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
 	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
+	"github.com/certready/certready/reporter/servingcert/probe"
 )
 
 // Check names one step of the verification.
@@ -40,29 +42,6 @@ const (
 
 // Checks lists the checks in the order they run.
 var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint, CheckAPIServerPath}
-
-// APIPathOutcome is what the API server's answer to a log request says
-// about its connection to the kubelet.
-type APIPathOutcome string
-
-const (
-	APIPathProven       APIPathOutcome = "proven"
-	APIPathCannotVerify APIPathOutcome = "cannot-verify"
-	APIPathCannotReach  APIPathOutcome = "cannot-reach"
-	// APIPathUnavailable: the request told nothing about the path (RBAC,
-	// throttling, another API error): the verdict is Unknown.
-	APIPathUnavailable APIPathOutcome = "unavailable"
-)
-
-// APIPathOutcomes lists them, for metrics.
-var APIPathOutcomes = []APIPathOutcome{APIPathProven, APIPathCannotVerify, APIPathCannotReach, APIPathUnavailable}
-
-// APIPath is the evidence of the API server's path to the kubelet.
-type APIPath struct {
-	Outcome APIPathOutcome
-	// Detail is the API server's error, or why nothing was learnt.
-	Detail string
-}
 
 // Input is everything the verdict is computed from.
 type Input struct {
@@ -88,11 +67,11 @@ type Input struct {
 	// plugin without API credentials); the message then says so.
 	SkipCSR bool
 	// Endpoint is nil when the kubelet port was not probed.
-	Endpoint *Endpoint
+	Endpoint *probe.Result
 	// RequireAPIPath: the ready verdict needs APIPath proven as well
 	// (--apiserver-proof=required); APIPath is nil when it was not asked.
 	RequireAPIPath bool
-	APIPath        *APIPath
+	APIPath        *apipath.Result
 	// Kubelet is what the kubelet's configuration file says about
 	// rotation (zero: not read). A kubelet configured without
 	// serverTLSBootstrap never requests a serving certificate: a verdict
@@ -104,7 +83,7 @@ type Input struct {
 	// verify (nil: not asked). Proven means the API server verifies no
 	// kubelet: a finding about the cluster (APIServerVerifiesNoKubelet),
 	// never a ready verdict.
-	Unverified *APIPath
+	Unverified *apipath.Result
 	// Inventory is what a desired-state inventory records for this node
 	// (nil: none configured).
 	Inventory *Inventory
@@ -235,14 +214,14 @@ func servesNoIssuedCertificate(in Input) bool {
 		return true
 	}
 	ep := in.Endpoint
-	return ep != nil && ep.Outcome == Presented && ep.Fingerprint != in.File.Fingerprint
+	return ep != nil && ep.Outcome == probe.Presented && ep.Fingerprint != in.File.Fingerprint
 }
 
 // APIServerVerifiesNoKubelet reports the cluster finding of in: the
 // kubelet presented a certificate the CA does not verify and the API
 // server still read the pod's log through it.
 func APIServerVerifiesNoKubelet(in Input) bool {
-	return Unverifiable(in) && in.Unverified != nil && in.Unverified.Outcome == APIPathProven
+	return Unverifiable(in) && in.Unverified != nil && in.Unverified.Outcome == apipath.Proven
 }
 
 // Unverifiable reports whether the kubelet presented a certificate that
@@ -252,7 +231,7 @@ func APIServerVerifiesNoKubelet(in Input) bool {
 // one: the API server may dial a name it covers.
 func Unverifiable(in Input) bool {
 	ep := in.Endpoint
-	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == Presented && ep.VerifyErr != nil && ep.Unchained
+	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == probe.Presented && ep.VerifyErr != nil && ep.Unchained
 }
 
 func evaluate(in Input) Verdict {
@@ -285,8 +264,8 @@ func Stalled(now, last time.Time, stage string) Verdict {
 // so that probing the kubelet port can decide the verdict. Callers use it to
 // skip the handshake when an earlier check already failed.
 func NeedsEndpoint(in Input) bool {
-	in.Endpoint = &Endpoint{Outcome: Presented, Fingerprint: in.File.Fingerprint}
-	in.APIPath = &APIPath{Outcome: APIPathProven}
+	in.Endpoint = &probe.Result{Outcome: probe.Presented, Fingerprint: in.File.Fingerprint}
+	in.APIPath = &apipath.Result{Outcome: apipath.Proven}
 	return evaluate(in).Ready()
 }
 
@@ -481,15 +460,15 @@ func (e *evaluation) endpoint() Verdict {
 	}
 	var r Reason
 	switch ep.Outcome {
-	case Unreachable:
+	case probe.Unreachable:
 		r = EndpointUnreachable
-	case NoCertificate:
+	case probe.NoCertificate:
 		r = EndpointNoCertificate
-	case NotTLS:
+	case probe.NotTLS:
 		r = EndpointNotTLS
-	case HandshakeFailed:
+	case probe.HandshakeFailed:
 		r = EndpointHandshakeFailed
-	case Presented:
+	case probe.Presented:
 		switch {
 		case ep.Fingerprint == in.File.Fingerprint:
 			e.pass(CheckEndpoint)
@@ -534,14 +513,14 @@ func (e *evaluation) apiPath() (Verdict, bool) {
 	switch {
 	case p == nil:
 		return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, NotChecked, "the API server's connection to the kubelet (the path of kubectl logs) has not been proven yet")
-	case p.Outcome == APIPathProven:
+	case p.Outcome == apipath.Proven:
 		e.pass(CheckAPIServerPath)
 		e.proof += "; the API server reached the kubelet (kubectl logs)"
 		return Verdict{}, false
-	case p.Outcome == APIPathCannotVerify:
+	case p.Outcome == apipath.CannotVerify:
 		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotVerifyKubelet,
 			"the node serves its certificate, but the API server's own TLS connection to the kubelet fails, so kubectl logs and exec fail: %s (check the API server's --kubelet-certificate-authority and that the certificate covers the address its --kubelet-preferred-address-types picks)", p.Detail)
-	case p.Outcome == APIPathCannotReach:
+	case p.Outcome == apipath.CannotReach:
 		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotReachKubelet,
 			"the node serves its certificate, but the API server cannot reach the kubelet, so kubectl logs and exec fail: %s (check the network and firewalls from the control plane to the node's kubelet port)", p.Detail)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
 	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
@@ -65,8 +66,8 @@ func observed(p *testpki.Pair) certfile.Observation {
 	return certfile.Observation{Path: "/var/lib/kubelet/pki/kubelet-server-current.pem", State: certfile.Present, Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
 }
 
-func presented(p *testpki.Pair) *verdict.Endpoint {
-	return &verdict.Endpoint{Outcome: verdict.Presented, Addr: "192.0.2.11:10250", Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
+func presented(p *testpki.Pair) *probe.Result {
+	return &probe.Result{Outcome: probe.Presented, Addr: "192.0.2.11:10250", Leaf: p.Cert, Fingerprint: fingerprint.Of(p.Cert)}
 }
 
 // ready is an input that passes every check; cases change one thing.
@@ -80,7 +81,7 @@ func (f *fixture) ready() verdict.Input {
 		Endpoint: presented(f.good),
 		// As the agent runs by default (--apiserver-proof=required).
 		RequireAPIPath: true,
-		APIPath:        &verdict.APIPath{Outcome: verdict.APIPathProven},
+		APIPath:        &apipath.Result{Outcome: apipath.Proven},
 	}
 }
 
@@ -95,7 +96,7 @@ func TestEvaluate(t *testing.T) {
 	}{
 		{name: "every check passes", mutate: func(*verdict.Input) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
 		{name: "the API server cannot verify the kubelet (its CA, or the address it dials not in the certificate)", mutate: func(in *verdict.Input) {
-			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotVerify, Detail: `Get "https://192.0.2.11:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate signed by unknown authority`}
+			in.APIPath = &apipath.Result{Outcome: apipath.CannotVerify, Detail: `Get "https://192.0.2.11:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate signed by unknown authority`}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotVerifyKubelet, wantText: "--kubelet-certificate-authority"},
 		{name: "kubelet configured without serverTLSBootstrap: named whatever the checks met first", mutate: func(in *verdict.Input) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true, RotateCertificates: true}
@@ -129,19 +130,19 @@ func TestEvaluate(t *testing.T) {
 			in.CSR = nil
 			in.Endpoint = presented(rogue)
 			in.Endpoint.VerifyErr, in.Endpoint.Unchained = x509.UnknownAuthorityError{}, true
-			in.Unverified = &verdict.APIPath{Outcome: verdict.APIPathProven}
+			in.Unverified = &apipath.Result{Outcome: apipath.Proven}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "it verifies no kubelet certificate"},
 		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *verdict.Input) {
-			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotReach, Detail: "dial tcp 192.0.2.11:10250: i/o timeout"}
+			in.APIPath = &apipath.Result{Outcome: apipath.CannotReach, Detail: "dial tcp 192.0.2.11:10250: i/o timeout"}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotReachKubelet, wantText: "i/o timeout"},
 		{name: "the log request told nothing (RBAC): Unknown, never False", mutate: func(in *verdict.Input) {
-			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathUnavailable, Detail: "forbidden"}
+			in.APIPath = &apipath.Result{Outcome: apipath.Unavailable, Detail: "forbidden"}
 		}, wantStatus: corev1.ConditionUnknown, wantReason: verdict.APIServerProofUnavailable, wantText: "forbidden"},
 		{name: "the API server's path not asked yet: Unknown", mutate: func(in *verdict.Input) { in.APIPath = nil },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked, wantText: "kubectl logs"},
 		{name: "--apiserver-proof=observe: a failing path judges nothing", mutate: func(in *verdict.Input) {
 			in.RequireAPIPath = false
-			in.APIPath = &verdict.APIPath{Outcome: verdict.APIPathCannotReach}
+			in.APIPath = &apipath.Result{Outcome: apipath.CannotReach}
 		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
 		{
 			name: "file missing, nothing known about CSRs",
@@ -380,26 +381,26 @@ func TestEvaluate(t *testing.T) {
 		{
 			name: "endpoint unreachable",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &verdict.Endpoint{Outcome: verdict.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
+				in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointUnreachable, wantText: "192.0.2.11:10250",
 		},
 		{
 			name: "kubelet has no certificate to serve",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &verdict.Endpoint{Outcome: verdict.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
+				in.Endpoint = &probe.Result{Outcome: probe.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNoCertificate, wantText: "internal error",
 		},
 		{
 			name:       "plain HTTP on the kubelet port",
-			mutate:     func(in *verdict.Input) { in.Endpoint = &verdict.Endpoint{Outcome: verdict.NotTLS, Addr: "a:1"} },
+			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.NotTLS, Addr: "a:1"} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNotTLS,
 		},
 		{
 			name: "other handshake failure",
 			mutate: func(in *verdict.Input) {
-				in.Endpoint = &verdict.Endpoint{Outcome: verdict.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
+				in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointHandshakeFailed, wantText: "deadline",
 		},
@@ -654,19 +655,19 @@ func TestTheClusterFindingNeedsAnUnverifiableCertificateAndAnAnswer(t *testing.T
 	otherName.VerifyErr = x509.HostnameError{Certificate: f.good.Cert, Host: "w1.example"}
 	cases := []struct {
 		name                     string
-		endpoint                 *verdict.Endpoint
+		endpoint                 *probe.Result
 		caErr                    error
-		unverified               *verdict.APIPath
+		unverified               *apipath.Result
 		wantUnverifiable, wantOK bool
 	}{
-		{name: "self-signed certificate, the API server answered", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}, wantUnverifiable: true, wantOK: true},
-		{name: "self-signed certificate, the API server refused it", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathCannotVerify}, wantUnverifiable: true},
-		{name: "self-signed certificate, the answer told nothing", endpoint: untrusted, unverified: &verdict.APIPath{Outcome: verdict.APIPathUnavailable}, wantUnverifiable: true},
+		{name: "self-signed certificate, the API server answered", endpoint: untrusted, unverified: &apipath.Result{Outcome: apipath.Proven}, wantUnverifiable: true, wantOK: true},
+		{name: "self-signed certificate, the API server refused it", endpoint: untrusted, unverified: &apipath.Result{Outcome: apipath.CannotVerify}, wantUnverifiable: true},
+		{name: "self-signed certificate, the answer told nothing", endpoint: untrusted, unverified: &apipath.Result{Outcome: apipath.Unavailable}, wantUnverifiable: true},
 		{name: "not asked", endpoint: untrusted, wantUnverifiable: true},
-		{name: "a verified certificate", endpoint: presented(f.good), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
-		{name: "the CA's certificate for another name (the API server may dial one it covers)", endpoint: otherName, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
-		{name: "no certificate at all", endpoint: &verdict.Endpoint{Outcome: verdict.NoCertificate}, unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
-		{name: "no CA to judge with", endpoint: untrusted, caErr: errors.New("unreadable"), unverified: &verdict.APIPath{Outcome: verdict.APIPathProven}},
+		{name: "a verified certificate", endpoint: presented(f.good), unverified: &apipath.Result{Outcome: apipath.Proven}},
+		{name: "the CA's certificate for another name (the API server may dial one it covers)", endpoint: otherName, unverified: &apipath.Result{Outcome: apipath.Proven}},
+		{name: "no certificate at all", endpoint: &probe.Result{Outcome: probe.NoCertificate}, unverified: &apipath.Result{Outcome: apipath.Proven}},
+		{name: "no CA to judge with", endpoint: untrusted, caErr: errors.New("unreadable"), unverified: &apipath.Result{Outcome: apipath.Proven}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

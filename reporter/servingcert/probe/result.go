@@ -1,4 +1,4 @@
-package verdict
+package probe
 
 import (
 	"crypto/x509"
@@ -24,9 +24,8 @@ const (
 	HandshakeFailed Outcome = "HandshakeFailed"
 )
 
-// Endpoint is what the kubelet presented on its port (reporter/servingcert/probe
-// observes it; the types live here so that the verdict needs no network code).
-type Endpoint struct {
+// Result is what the kubelet presented on its port.
+type Result struct {
 	Outcome     Outcome
 	Addr        string
 	Detail      string // the error behind a failed outcome
@@ -41,7 +40,7 @@ type Endpoint struct {
 }
 
 // Describe is a one-line account for condition messages.
-func (r Endpoint) Describe() string {
+func (r Result) Describe() string {
 	switch r.Outcome {
 	case Presented:
 		return fmt.Sprintf("%s presents %s", r.Addr, r.Fingerprint.Short())
