@@ -56,7 +56,7 @@ kubectl -n certready-system rollout status deploy/certready-approver --timeout=1
 kubectl -n certready-system rollout status ds/certready-agent --timeout=180s
 if [ -n "${NRC_MANIFEST:-}" ]; then
   # The overlay creates its rules in dry run (the safe rollout). This
-  # cluster is new: every node joined with the startup taint, and the
+  # cluster is new: every node joined with the readiness taint, and the
   # preflight has nothing to find. Switch them on.
   for rule in kubelet-serving-cert kubelet-serving-cert-placement; do
     kubectl patch nodereadinessrule "$rule" --type=merge -p '{"spec":{"dryRun":false}}'

@@ -91,9 +91,9 @@ func podSummary(ctx context.Context, c provider.Cluster) string {
 	return out
 }
 
-// WaitUntainted waits until no worker carries the startup taint.
+// WaitUntainted waits until no worker carries the readiness taint.
 func WaitUntainted(ctx context.Context, c provider.Cluster, timeout time.Duration) error {
-	return localcluster.Poll(ctx, timeout, "every worker's startup taint to be lifted", func() (bool, error) {
+	return localcluster.Poll(ctx, timeout, "every worker's readiness taint to be lifted", func() (bool, error) {
 		for _, w := range c.Workers() {
 			n, err := c.Clientset().CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 			if err != nil {
@@ -107,7 +107,7 @@ func WaitUntainted(ctx context.Context, c provider.Cluster, timeout time.Duratio
 	})
 }
 
-// HasStartupTaint reports whether n carries the startup taint.
+// HasStartupTaint reports whether n carries the readiness taint.
 func HasStartupTaint(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		if t.Key == localcluster.StartupTaint {

@@ -135,7 +135,7 @@ func TestApprovalIsOneWriteThroughTheApprovalSubresource(t *testing.T) {
 // another writer changed the Node after the read it was computed from, the
 // API server refuses it (the fake clientset would apply it and drop the
 // other writer's taint); computed again from a fresh read it lifts only
-// the startup taint.
+// the readiness taint.
 func TestTaintPatchIsRefusedAfterAConcurrentChange(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	startup := corev1.Taint{Key: "readiness.k8s.io/KubeletServingCertNotReady", Value: "pending", Effect: corev1.TaintEffectNoSchedule}

@@ -141,7 +141,7 @@ func runConfinement(t *testing.T, ctx context.Context, policy string, cases []co
 // them and nothing else: not the soft taint's key with another effect
 // (NoExecute would evict every pod of the node), nor a taint of either key
 // that an administrator set with another value or effect; and it lifts the
-// startup taint only from a node whose condition is False.
+// readiness taint only from a node whose condition is False.
 func TestApproverNodeWritesOnTheRealAPIServer(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	shippedPolicy(t, ctx, "certready-approver-node-writes")
@@ -210,12 +210,12 @@ func TestApproverNodeWritesOnTheRealAPIServer(t *testing.T) {
 		{"another taint added", taints(add(corev1.Taint{Key: "example.com/x", Effect: corev1.TaintEffectNoExecute})), false},
 		{"the soft taint added as the approver writes it", taints(add(soft)), true},
 		{"the soft taint removed", taints(remove(soft)), true},
-		{"the startup taint removed from a node with no verdict", taints(remove(startup)), false},
+		{"the readiness taint removed from a node with no verdict", taints(remove(startup)), false},
 		{"(the agent reports True)", condition(corev1.ConditionTrue), true},
-		{"the startup taint removed from a node not ready", taints(remove(startup)), false},
+		{"the readiness taint removed from a node not ready", taints(remove(startup)), false},
 		{"(the agent reports False)", condition(corev1.ConditionFalse), true},
-		{"the startup taint removed from a ready node", taints(remove(startup)), true},
-		{"the startup taint added", taints(add(startup)), false},
+		{"the readiness taint removed from a ready node", taints(remove(startup)), true},
+		{"the readiness taint added", taints(add(startup)), false},
 	})
 	got, err := api.Admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	if err != nil {

@@ -75,7 +75,7 @@ func (c *Cluster) AddNodeWith(ctx context.Context, name string, controlPlane boo
 	if err := c.ns.addAddress(n.IP); err != nil {
 		return nil, err
 	}
-	if err := c.pki.client("node-"+name, names.NodeUser(name), "system:nodes"); err != nil {
+	if err := c.pki.client("node-"+name, names.NodeUser(name), names.NodesGroup); err != nil {
 		return nil, err
 	}
 	if err := c.pki.kubeconfig(filepath.Join(root, "kubeconfig"), "https://"+APIServerIP+":6443", "node-"+name); err != nil {
@@ -162,7 +162,7 @@ func (c *Cluster) startKubelet(n *Node) error {
 
 // kubeletConfig is the node's KubeletConfiguration: serving certificates
 // bootstrapped through CSRs and rotated, on a host without cgroups for
-// pods, and registering with the control-plane or the startup taint.
+// pods, and registering with the control-plane or the readiness taint.
 func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
 	no, yes := false, true
 	empty := ""

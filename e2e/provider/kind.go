@@ -142,7 +142,7 @@ func (k *Kind) controlPlane() (string, error) {
 // JoinWorker cannot add a node to a kind cluster; it makes the last worker
 // join again instead: kubelet stopped, its serving certificates removed,
 // its Node object deleted, kubelet started. The kubelet registers anew
-// with the startup taint (kubeadm gave it --register-with-taints) and asks
+// with the readiness taint (kubeadm gave it --register-with-taints) and asks
 // for a serving certificate, as a new worker does.
 func (k *Kind) JoinWorker(ctx context.Context, _ string) (Node, error) {
 	ws := k.Workers()

@@ -38,7 +38,7 @@ type Cluster interface {
 	Nodes() []Node
 	Workers() []Node
 	// JoinWorker makes a worker join (or join again) as a new kubelet
-	// does: registered with the startup taint, no serving certificate yet.
+	// does: registered with the readiness taint, no serving certificate yet.
 	// name is a hint; a provider that cannot add nodes returns the worker
 	// it made rejoin.
 	JoinWorker(ctx context.Context, name string) (Node, error)

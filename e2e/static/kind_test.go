@@ -58,7 +58,7 @@ func decodePatch(t *testing.T, where, patch string) string {
 			found = found || (taint.Key == names.TaintKey && taint.Effect == "NoSchedule")
 		}
 		if !found {
-			t.Errorf("%s: workers do not join with the startup taint", where)
+			t.Errorf("%s: workers do not join with the readiness taint", where)
 		}
 	}
 	return head.Kind

@@ -49,7 +49,7 @@ func TestWorkersGetUntaintedAndServeLogsWithoutAHuman(t *testing.T) {
 	w := cluster.Workers()[0].Name
 	for _, n := range cluster.Workers() {
 		if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
-			t.Fatalf("%s registered without the startup taint", n.Name)
+			t.Fatalf("%s registered without the readiness taint", n.Name)
 		}
 	}
 	if _, err := cluster.Clientset().CoreV1().Pods("default").Create(ctx, versionPod(w), metav1.CreateOptions{}); err != nil {
@@ -150,7 +150,7 @@ func TestWorkerStaysTaintedWhileNoApproverRuns(t *testing.T) {
 
 // A node registered again (kubectl delete node, then a kubelet
 // restart; the agent keeps running): the new Node comes back with the
-// startup taint and no condition, and the agent must publish the condition
+// readiness taint and no condition, and the agent must publish the condition
 // at once, not at its next heartbeat (5 min), so that the taint is lifted.
 func TestNodeRegisteredAgainIsUntaintedAtOnce(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
@@ -189,7 +189,7 @@ func TestNodeRegisteredAgainIsUntaintedAtOnce(t *testing.T) {
 				continue
 			}
 			if !deploy.HasStartupTaint(n) || certCondition(n) != nil {
-				t.Fatalf("the kubelet registered %s without the startup taint or with a condition: taints %v, condition %+v", w, n.Spec.Taints, certCondition(n))
+				t.Fatalf("the kubelet registered %s without the readiness taint or with a condition: taints %v, condition %+v", w, n.Spec.Taints, certCondition(n))
 			}
 			created = true
 		case <-ctx.Done():

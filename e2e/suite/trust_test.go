@@ -346,14 +346,14 @@ func TestAFalseConditionAloneLiftsNoTaint(t *testing.T) {
 	// The event is recorded where the decision was taken: the taint is
 	// there when it is.
 	if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
-		t.Fatal("the startup taint was lifted on a False condition alone")
+		t.Fatal("the readiness taint was lifted on a False condition alone")
 	}
 	t.Logf("taint kept: %s", ev.Message)
 }
 
 // The approver's own token (what a stolen copy grants): on a Node it may
-// set its completion mark and remove the startup taint once the node's
-// condition is False, nothing else (the startup taint removed from a ready
+// set its completion mark and remove the readiness taint once the node's
+// condition is False, nothing else (the readiness taint removed from a ready
 // node, and the soft taint, are TestApproverNodeWritesOnTheRealAPIServer in
 // e2e/integration).
 func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
@@ -374,7 +374,7 @@ func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
 	}
 	taints := func(ts ...corev1.Taint) map[string]any { return map[string]any{"spec": map[string]any{"taints": ts}} }
 	startup := corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}
-	// Every taint the node carries but the startup taint: the node
+	// Every taint the node carries but the readiness taint: the node
 	// lifecycle controller adds node.kubernetes.io/not-ready to a node
 	// without a kubelet, and that one is not the approver's to remove.
 	withoutStartup := func() []corev1.Taint {
@@ -402,7 +402,7 @@ func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
 		// No agent runs there: its condition is not False, and only the
 		// agent may write it (the approver lifting real workers' taints is
 		// TestWorkersGetUntaintedAndServeLogsWithoutAHuman).
-		{"the startup taint removed from a node that never reported ready", func() map[string]any { return taints(withoutStartup()...) }, false},
+		{"the readiness taint removed from a node that never reported ready", func() map[string]any { return taints(withoutStartup()...) }, false},
 		{"its completion mark alone", fixed(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.CompletedAnnotation: "e2e"}}}), true},
 		{"the startup key with effect NoExecute", func() map[string]any {
 			return taints(append(withoutStartup(), startup, corev1.Taint{Key: startup.Key, Value: startup.Value, Effect: corev1.TaintEffectNoExecute})...)

@@ -99,7 +99,7 @@ func (ca *CA) Issue(s Serving) (*Pair, error) {
 		s.CN = names.NodeUser(s.Node)
 	}
 	if s.Orgs == nil {
-		s.Orgs = []string{"system:nodes"}
+		s.Orgs = []string{names.NodesGroup}
 	}
 	if s.NotBefore.IsZero() {
 		s.NotBefore = time.Now().Add(-time.Hour)
@@ -187,7 +187,7 @@ func NewCSR(r Request) ([]byte, crypto.Signer, error) {
 		r.CN = names.NodeUser(r.Node)
 	}
 	if r.Orgs == nil {
-		r.Orgs = []string{"system:nodes"}
+		r.Orgs = []string{names.NodesGroup}
 	}
 	tmpl := &x509.CertificateRequest{
 		Subject:        pkix.Name{CommonName: r.CN, Organization: r.Orgs},

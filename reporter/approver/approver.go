@@ -1,6 +1,6 @@
 // Package approver assembles the approver process: informers (CSRs of the
 // kubelet-serving signer only, Nodes, and the inventory ConfigMap when one
-// is used), the inventory, the CSR controller and the optional startup-taint
+// is used), the inventory, the CSR controller and the optional readiness-taint
 // fallback, all acting only while this replica holds the leader Lease.
 package approver
 
@@ -199,7 +199,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if err := reevaluateOnNodeChanges(c.node.Informer(), ctrl, ev.hosts, o.APIServerHostLabel); err != nil {
 		return err
 	}
-	remover, err := newRemover(client, c, o, recorder)
+	lifter, err := newLifter(client, c, o, recorder)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	if readinessTaint.Key == "" {
 		readinessTaint = corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}
 	}
-	lifts, err := taint.NewLifts(readinessTaint, o.ConditionType, remover != nil, recorder, o.Controller.Ledger, reg, c.node.Informer())
+	lifts, err := taint.NewLifts(readinessTaint, o.ConditionType, lifter != nil, recorder, o.Controller.Ledger, reg, c.node.Informer())
 	if err != nil {
 		return err
 	}
@@ -258,20 +258,20 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		case <-lctx.Done():
 			return
 		}
-		lead(lctx, ctrl, remover, lifts, o.MetricsCert)
+		lead(lctx, ctrl, lifter, lifts, o.MetricsCert)
 	})
 }
 
 // lead runs the leader's work, the controller, the taint fallback and the
 // metrics certificate's keeper (each when on), until lctx ends.
-func lead(lctx context.Context, ctrl *controller.Controller, remover *taint.Remover, lifts *taint.Lifts, keeper *metricscert.Keeper) {
+func lead(lctx context.Context, ctrl *controller.Controller, lifter *taint.Lifter, lifts *taint.Lifts, keeper *metricscert.Keeper) {
 	done := make(chan error, 4)
 	go func() { done <- ctrl.Run(lctx) }()
 	go func() { lifts.Run(lctx); done <- nil }()
 	n := 2
-	if remover != nil {
+	if lifter != nil {
 		n++
-		go func() { done <- remover.Run(lctx) }()
+		go func() { done <- lifter.Run(lctx) }()
 	}
 	if keeper != nil {
 		n++
@@ -460,8 +460,8 @@ func reevaluateOnNodeChanges(nodes cache.SharedIndexInformer, ctrl *controller.C
 	return err
 }
 
-// newRemover builds the taint fallback, or nil when it is off.
-func newRemover(client kubernetes.Interface, c *caches, o Options, recorder record.EventRecorder) (*taint.Remover, error) {
+// newLifter builds the taint fallback, or nil when it is off.
+func newLifter(client kubernetes.Interface, c *caches, o Options, recorder record.EventRecorder) (*taint.Lifter, error) {
 	if o.RemoveStartupTaint.Key == "" {
 		return nil, nil
 	}

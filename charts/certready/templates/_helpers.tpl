@@ -140,7 +140,7 @@ ConfigMap elsewhere is refused.
 {{- end -}}
 {{- end -}}
 
-{{/* The startup taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
+{{/* The readiness taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
 {{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
 {{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}
 

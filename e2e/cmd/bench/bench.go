@@ -226,7 +226,7 @@ func (b *bench) startKubelet(ctx context.Context) error {
 // through the approver and the real signer, and lays them out in its pki
 // folder as the kubelet does.
 func (b *bench) issueKubeletCerts(ctx context.Context) error {
-	_, nodeCfg, err := b.c.ClientCert("node-"+simNode, names.NodeUser(simNode), "system:nodes")
+	_, nodeCfg, err := b.c.ClientCert("node-"+simNode, names.NodeUser(simNode), names.NodesGroup)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func (b *bench) readiness(ctx context.Context, n int) (*readinessResult, error) 
 	res := &readinessResult{}
 	current := filepath.Join(b.pki, "kubelet-server-current.pem")
 	for i := 0; i < n; i++ {
-		// Back to not ready: no certificate, then the startup taint
+		// Back to not ready: no certificate, then the readiness taint
 		// re-applied (before the condition is True, the fallback would
 		// rightly remove it again at once).
 		b.serving.Store(nil)

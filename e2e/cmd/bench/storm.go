@@ -559,7 +559,7 @@ func (b *bench) prepareStormNode(ctx context.Context, run int64, i int, nodes st
 		return err
 	}
 	nodes.names[i] = name
-	certPEM, keyPEM, err := b.c.ClientCertPEM(names.NodeUser(name), "system:nodes")
+	certPEM, keyPEM, err := b.c.ClientCertPEM(names.NodeUser(name), names.NodesGroup)
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func TestRemoverKeepsTheTaintOfAnUnprovenNode(t *testing.T) {
 	c := cfg
 	c.Prove = (&taint.Prover{Roots: ca.Pool(), Issued: index.Of, Retention: time.Hour}).Prove
 	c.Events = rec
-	ctx := startRemover(t, c, cs)
+	ctx := startLifter(t, c, cs)
 	var ev string
 	if !testwait.Until(10*time.Second, func() bool {
 		select {

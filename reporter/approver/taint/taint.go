@@ -1,5 +1,5 @@
-// Package taint is the startup-taint fallback for clusters without the
-// node-readiness-controller: when a node carries the startup taint and its
+// Package taint is the readiness-taint fallback for clusters without the
+// node-readiness-controller: when a node carries the readiness taint and its
 // KubeletServingCertNotReady condition is False and fresh, the taint is
 // removed with an optimistic-lock patch that also records
 // certready.io/bootstrap-completed. It never adds the taint, never removes
@@ -36,12 +36,12 @@ import (
 	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
-// CompletedAnnotation records when certready lifted the startup taint.
+// CompletedAnnotation records when certready lifted the readiness taint.
 const CompletedAnnotation = names.CompletedAnnotation
 
 // Config names the taint and the condition.
 type Config struct {
-	// Taint is the startup taint, matched by key, value and effect.
+	// Taint is the readiness taint, matched by key, value and effect.
 	Taint corev1.Taint
 	// SoftTaint (optional, PreferNoSchedule) is kept on every node whose
 	// condition is not False and fresh: pods that do not tolerate it, the
@@ -152,8 +152,8 @@ func carries(node *corev1.Node, cfg Config) bool {
 	})
 }
 
-// Remover applies Patch to every node it sees, while Leading.
-type Remover struct {
+// Lifter applies Patch to every node it sees, while Leading.
+type Lifter struct {
 	cfg    Config
 	client kubernetes.Interface
 	nodes  corelisters.NodeLister
@@ -162,8 +162,8 @@ type Remover struct {
 	active atomic.Bool
 }
 
-// New wires the remover to a node informer.
-func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Remover, error) {
+// New wires the lifter to a node informer.
+func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndexInformer) (*Lifter, error) {
 	if cfg.Taint.Key == "" || cfg.Taint.Effect == "" || cfg.ConditionType == "" {
 		return nil, fmt.Errorf("taint fallback needs a taint (key=value:effect) and a condition type")
 	}
@@ -171,15 +171,15 @@ func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndex
 		cfg.MaxConditionAge = condition.DefaultMaxAge
 	}
 	if cfg.SoftTaint.Key != "" && (cfg.SoftTaint.Effect != corev1.TaintEffectPreferNoSchedule || cfg.SoftTaint.Key == cfg.Taint.Key) {
-		return nil, fmt.Errorf("soft taint %s: want effect PreferNoSchedule and a key other than the startup taint's", cfg.SoftTaint.ToString())
+		return nil, fmt.Errorf("soft taint %s: want effect PreferNoSchedule and a key other than the readiness taint's", cfg.SoftTaint.ToString())
 	}
-	r := &Remover{
+	r := &Lifter{
 		cfg: cfg, client: client,
 		nodes:  corelisters.NewNodeLister(nodeInformer.GetIndexer()),
 		synced: nodeInformer.HasSynced,
 	}
 	r.queue = workloop.New(workloop.Config[string]{Name: "certready-taint-fallback", KeyName: "node",
-		Failure: "Removing the startup taint failed; retrying"}, workloop.Errors(r.sync))
+		Failure: "Removing the readiness taint failed; retrying"}, workloop.Errors(r.sync))
 	add := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			r.queue.Add(key)
@@ -190,7 +190,7 @@ func New(cfg Config, client kubernetes.Interface, nodeInformer cache.SharedIndex
 }
 
 // Run works while ctx lasts; the caller runs it only while leading.
-func (r *Remover) Run(ctx context.Context) error {
+func (r *Lifter) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced) {
 		return fmt.Errorf("the node cache did not sync")
 	}
@@ -200,12 +200,12 @@ func (r *Remover) Run(ctx context.Context) error {
 	for _, n := range nodes {
 		r.queue.Add(n.Name)
 	}
-	klog.FromContext(ctx).Info("Startup taint fallback active", "taint", r.cfg.Taint.ToString(), "condition", r.cfg.ConditionType, "maxConditionAge", r.cfg.MaxConditionAge)
+	klog.FromContext(ctx).Info("Readiness taint fallback active", "taint", r.cfg.Taint.ToString(), "condition", r.cfg.ConditionType, "maxConditionAge", r.cfg.MaxConditionAge)
 	r.queue.Run(ctx, 2)
 	return nil
 }
 
-func (r *Remover) sync(ctx context.Context, name string) error {
+func (r *Lifter) sync(ctx context.Context, name string) error {
 	if !r.active.Load() {
 		return nil
 	}

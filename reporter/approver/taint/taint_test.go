@@ -113,17 +113,17 @@ func TestPatch(t *testing.T) {
 		{name: "heartbeat from a node clock ahead is fresh", node: stale(node("a", corev1.ConditionFalse, key), now.Add(time.Minute)), want: true, remain: []string{}},
 		{name: "heartbeat far in the future (it would stay fresh for good) keeps the taint", node: stale(node("a", corev1.ConditionFalse, key), now.Add(10*time.Minute))},
 		{name: "fresh False, not proven by the approver: taint kept", node: node("a", corev1.ConditionFalse, key), proof: errors.New("no certificate served")},
-		{name: "soft: fresh False, not proven: soft taint added, startup taint kept", soft: true, node: node("a", corev1.ConditionFalse, key), proof: errors.New("no certificate served"), want: true, remain: []string{key, softKey}},
+		{name: "soft: fresh False, not proven: soft taint added, readiness taint kept", soft: true, node: node("a", corev1.ConditionFalse, key), proof: errors.New("no certificate served"), want: true, remain: []string{key, softKey}},
 		{name: "same key, other value: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "quarantine", Effect: corev1.TaintEffectNoSchedule})},
 		{name: "same key, other effect: not ours, kept", node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: key, Value: "pending", Effect: corev1.TaintEffectNoExecute})},
 
 		// With the soft (PreferNoSchedule) taint.
-		{name: "soft: new node (no condition): soft taint added beside the startup taint", soft: true, node: node("a", "", key), want: true, remain: []string{key, softKey}},
+		{name: "soft: new node (no condition): soft taint added beside the readiness taint", soft: true, node: node("a", "", key), want: true, remain: []string{key, softKey}},
 		{name: "soft: condition True: soft taint added", soft: true, node: node("a", corev1.ConditionTrue), want: true, remain: []string{softKey}},
 		{name: "soft: condition True, soft taint there: nothing to do", soft: true, node: retaint(node("a", corev1.ConditionTrue), soft)},
 		{name: "soft: fresh False: both taints go in one patch", soft: true, node: retaint(node("a", corev1.ConditionFalse, key), soft), want: true, remain: []string{}},
 		{name: "soft: fresh False, untainted: nothing to do", soft: true, node: node("a", corev1.ConditionFalse)},
-		{name: "soft: stale False: soft taint back, startup taint not added", soft: true, node: stale(node("a", corev1.ConditionFalse), now.Add(-time.Hour)), want: true, remain: []string{softKey}},
+		{name: "soft: stale False: soft taint back, readiness taint not added", soft: true, node: stale(node("a", corev1.ConditionFalse), now.Add(-time.Hour)), want: true, remain: []string{softKey}},
 		{name: "soft: someone else's PreferNoSchedule of another value is kept", soft: true, node: retaint(node("a", corev1.ConditionFalse), corev1.Taint{Key: softKey, Value: "other", Effect: corev1.TaintEffectPreferNoSchedule})},
 	}
 	for _, tc := range cases {
@@ -153,7 +153,7 @@ func TestPatch(t *testing.T) {
 			if strings.Join(keys, ",") != strings.Join(tc.remain, ",") {
 				t.Errorf("taints %v, want %v", keys, tc.remain)
 			}
-			// The completion mark comes with the startup taint's removal only.
+			// The completion mark comes with the readiness taint's removal only.
 			lifted := len(tc.node.Spec.Taints) > 0 && tc.node.Spec.Taints[0].Key == key && !slices.Contains(keys, key)
 			want := ""
 			if lifted {
@@ -229,13 +229,13 @@ func TestRemoverLiftsTheTaintOnlyWhenReady(t *testing.T) {
 var soft = corev1.Taint{Key: "readiness.k8s.io/KubeletServingCertUnproven", Value: "pending", Effect: corev1.TaintEffectPreferNoSchedule}
 
 // TestSoftTaintReturnsWhenTheConditionGoesStale: staleness comes with no
-// event; the remover looks again when a fresh False is due to go stale.
+// event; the lifter looks again when a fresh False is due to go stale.
 func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 	c := cfg
 	c.SoftTaint = soft
 	c.MaxConditionAge = 2 * time.Second
 	cs := fake.NewClientset(stale(node("w", corev1.ConditionFalse, key), time.Now()))
-	ctx := startRemover(t, c, cs)
+	ctx := startLifter(t, c, cs)
 	taints := func() []string {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "w", metav1.GetOptions{})
 		if err != nil {
@@ -247,7 +247,7 @@ func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 		}
 		return keys
 	}
-	// Fresh False: the startup taint goes, no soft taint.
+	// Fresh False: the readiness taint goes, no soft taint.
 	if !testwait.Until(10*time.Second, func() bool { return len(taints()) == 0 }) {
 		t.Fatalf("taints %v, want none while the condition is fresh", taints())
 	}
@@ -257,9 +257,9 @@ func TestSoftTaintReturnsWhenTheConditionGoesStale(t *testing.T) {
 	}
 }
 
-// startRemover runs a Remover with c over cs until the test ends, and
+// startLifter runs a Lifter with c over cs until the test ends, and
 // returns the test's context.
-func startRemover(t *testing.T, c taint.Config, cs *fake.Clientset) context.Context {
+func startLifter(t *testing.T, c taint.Config, cs *fake.Clientset) context.Context {
 	t.Helper()
 	f := informers.NewSharedInformerFactory(cs, 0)
 	r, err := taint.New(c, cs, f.Core().V1().Nodes().Informer())

@@ -332,7 +332,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 			by.Round(time.Second), dir, c.Max, fp, names.Stamp(leaf.NotAfter))
 	}
 	wantCN := names.UserPrefix + in.Node.Name
-	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
+	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{names.NodesGroup}) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
 			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)
 	}
