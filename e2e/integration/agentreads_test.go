@@ -17,6 +17,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/csrlookup"
 	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
@@ -109,18 +110,18 @@ func TestAgentReadsOnlyItsOwnNodeAndKubeletServingCSRs(t *testing.T) {
 	// label another node set is in, another signer's is not.
 	want := []string{spoofed, mine}
 	slices.Sort(want)
-	if got := listNames(t, client.CSRs(observe.CSRSelector("reads-w1"))); !slices.Equal(got, want) {
-		t.Errorf("CSRSelector(reads-w1) lists %v, want %v (not %s: another signer's)", got, want, otherSigner)
+	if got := listNames(t, client.CSRs(csrlookup.Selector("reads-w1"))); !slices.Equal(got, want) {
+		t.Errorf("csrlookup.Selector(reads-w1) lists %v, want %v (not %s: another signer's)", got, want, otherSigner)
 	}
 	byList, err := client.ListCSRs(ctx, func() metav1.ListOptions {
 		var o metav1.ListOptions
-		observe.CSRSelector("reads-w1")(&o)
+		csrlookup.Selector("reads-w1")(&o)
 		return o
 	}())
 	if err != nil || len(byList.Items) != 2 {
-		t.Errorf("ListCSRs with CSRSelector: %d items, %v; want 2", len(byList.Items), err)
+		t.Errorf("ListCSRs with csrlookup.Selector: %d items, %v; want 2", len(byList.Items), err)
 	}
-	own, err := observe.ListBySigner(ctx, client, "reads-w1")
+	own, err := csrlookup.ListBySigner(ctx, client, "reads-w1")
 	if err != nil {
 		t.Fatal(err)
 	}

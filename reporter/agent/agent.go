@@ -38,6 +38,7 @@ import (
 	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/condition"
+	"github.com/certready/certready/reporter/servingcert/csrlookup"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
 	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
 	"github.com/certready/certready/reporter/servingcert/observe"
@@ -210,7 +211,7 @@ type Agent struct {
 
 	queue    *workloop.Loop[string]
 	nodes    corelisters.NodeLister
-	csrs     *csrSource
+	csrs     *csrlookup.Cached
 	check    observe.Check
 	writer   *condition.Writer
 	recorder condition.Recorder
@@ -371,7 +372,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) newInformers() (nodeInformer, csrInformer cache.SharedIndexInformer, err error) {
 	nodeInformer = cache.NewSharedIndexInformer(a.client.Nodes(observe.NodeSelector(a.cfg.NodeName)),
 		&corev1.Node{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	csrInformer = cache.NewSharedIndexInformer(a.client.CSRs(observe.CSRSelector(a.cfg.NodeName)),
+	csrInformer = cache.NewSharedIndexInformer(a.client.CSRs(csrlookup.Selector(a.cfg.NodeName)),
 		&certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 	if err := nodeInformer.SetTransform(trim.Node(a.cfg.ConditionType)); err != nil {
 		return nil, nil, err
@@ -412,10 +413,8 @@ func (a *Agent) newInformers() (nodeInformer, csrInformer cache.SharedIndexInfor
 // what this agent proved earlier.
 func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 	a.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
-	a.csrs = &csrSource{
-		node: a.cfg.NodeName, labelled: certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()), client: a.client,
-		minBackoff: a.cfg.FallbackMinBackoff, maxBackoff: a.cfg.FallbackMaxBackoff,
-	}
+	a.csrs = csrlookup.NewCached(a.cfg.NodeName, certlisters.NewCertificateSigningRequestLister(csrInformer.GetIndexer()), a.client,
+		a.cfg.FallbackMinBackoff, a.cfg.FallbackMaxBackoff)
 	a.check = observe.Check{
 		PKIDir: a.cfg.PKIDir, CAFile: a.cfg.CAFile, KubeletPort: a.cfg.KubeletPort,
 		ProbeTimeout: a.cfg.ProbeTimeout, CSRRetention: a.cfg.CSRRetention, CSRs: a.csrs,
@@ -684,7 +683,7 @@ func (a *Agent) mine(obj any) bool {
 		obj = d.Obj
 	}
 	c, ok := obj.(*certv1.CertificateSigningRequest)
-	return ok && observe.LabelledFor(c, a.cfg.NodeName)
+	return ok && csrlookup.Labelled(c, a.cfg.NodeName)
 }
 
 // watchdog publishes Unknown/CheckStalled once no check has completed for

@@ -28,6 +28,7 @@ import (
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
+	"github.com/certready/certready/reporter/servingcert/csrlookup"
 	"github.com/certready/certready/reporter/servingcert/observe"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
@@ -123,7 +124,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, *corev1.Node, er
 			in.Node.InternalIPs = info.InternalIPs
 		}
 		in.Node.Dial, in.Node.DialType = info.Dial, info.DialType
-		check.CSRs = observe.APICSRs{Client: o.Client, Node: o.NodeName}
+		check.CSRs = csrlookup.API{Client: o.Client, Node: o.NodeName}
 	}
 	if len(in.Node.InternalIPs) == 0 {
 		return verdict.Verdict{}, nil, fmt.Errorf("no node IP: pass --node-ip or API credentials")

@@ -11,6 +11,7 @@
 //	verdict       evidence -> status, reason, message (pure)
 //	apipath       the API server's own path to the kubelet (a pod log, classified)
 //	probe         a TLS handshake with the kubelet port -> the presented certificate
+//	csrlookup     the one way a node's CSRs are found: selector, predicates, sources
 //	csrmatch      which kubelet-serving CSR explains a fingerprint (pure)
 //	certfile      the installed file -> leaf, chain, fingerprint; never the key
 //	kubeletconfig the kubelet's configuration file -> rotation settings

@@ -17,18 +17,19 @@ import (
 	"github.com/certready/certready/reporter/servingcert/certfile"
 )
 
-// State is what the node's CSRs say about the installed certificate.
-type State string
+// State is what the node's CSRs say about the installed certificate: a
+// CSR's own state (csrstate) where one CSR decides, and two of its own.
+type State csrstate.State
 
 const (
 	// Issued: an approved CSR's issued certificate is the installed one.
-	Issued State = "Issued"
+	Issued = State(csrstate.Issued)
 	// Pending: the newest request has neither been approved nor denied.
-	Pending State = "Pending"
+	Pending = State(csrstate.Pending)
 	// Denied: the newest request was denied.
-	Denied State = "Denied"
+	Denied = State(csrstate.Denied)
 	// Failed: the newest request was approved but the signer failed it.
-	Failed State = "Failed"
+	Failed = State(csrstate.Failed)
 	// NotIssued: the newest request is approved but carries no certificate yet.
 	NotIssued State = "NotIssued"
 	// None: no request of this node explains the installed certificate and
@@ -81,13 +82,18 @@ func suffix(s string) string {
 	return ": " + s
 }
 
+// FiledBy reports whether c is a kubelet-serving request that node's own
+// credentials filed (the API server sets the username; nobody else can).
+func FiledBy(c *certv1.CertificateSigningRequest, node string) bool {
+	return c != nil && c.Spec.SignerName == names.SignerName && c.Spec.Username == names.NodeUser(node)
+}
+
 // Match looks through csrs for node's kubelet-serving requests. CSRs of
 // other signers or other users are ignored whatever their content.
 func Match(csrs []*certv1.CertificateSigningRequest, node string, installed fingerprint.SHA256) Result {
-	user := names.UserPrefix + node
 	var mine []*certv1.CertificateSigningRequest
 	for _, c := range csrs {
-		if c == nil || c.Spec.SignerName != names.SignerName || c.Spec.Username != user {
+		if !FiledBy(c, node) {
 			continue
 		}
 		mine = append(mine, c)

@@ -331,7 +331,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 			"node clock is %s %s the API server's (the Date of its responses; at most %s tolerated): the kubelet rotates its certificate by that clock; certificate %s is valid until %s by the API server's clock; fix the node's time sync",
 			by.Round(time.Second), dir, c.Max, fp, names.Stamp(leaf.NotAfter))
 	}
-	wantCN := names.UserPrefix + in.Node.Name
+	wantCN := names.NodeUser(in.Node.Name)
 	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{names.NodesGroup}) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
 			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)

@@ -1,4 +1,4 @@
-package observe_test
+package csrlookup_test
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testpki"
+	"github.com/certready/certready/reporter/servingcert/csrlookup"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
-	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
 func csrFor(name, node string, labelled bool, certPEM []byte) *certv1.CertificateSigningRequest {
@@ -80,7 +80,7 @@ func TestEvidenceRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			listed := false
-			res, err := observe.Evidence(tc.labelled, "w1", fp, tc.proven, func() ([]*certv1.CertificateSigningRequest, error) {
+			res, err := csrlookup.Evidence(tc.labelled, "w1", fp, tc.proven, func() ([]*certv1.CertificateSigningRequest, error) {
 				listed = true
 				return tc.fallback, tc.fallbackErr
 			})
@@ -114,7 +114,7 @@ func TestListBySignerKeepsOnlyTheNodesCSRsWithoutRequests(t *testing.T) {
 	other.Spec.SignerName = "example.com/other"
 	objs = append(objs, other)
 	cs := fake.NewClientset(objs...)
-	got, err := observe.ListBySigner(context.Background(), nodeapitest.FromClientset(cs), "w1")
+	got, err := csrlookup.ListBySigner(context.Background(), nodeapitest.FromClientset(cs), "w1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package csrlookup
 
 import (
 	"context"
@@ -13,23 +13,29 @@ import (
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
-	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
-// csrSource gives the CSR evidence for one node. Its main input is the
+// Cached gives the CSR evidence for one node (the agent's source). Its main input is the
 // informer on CSRs labelled certready.io/node=<node>, so an agent never holds
 // other nodes' CSRs. Only while no labelled CSR explains the installed
 // certificate (no certready approver labelled it, or not yet), or while a
 // renewal looks stuck (the approver that labels requests may be the thing
 // that is down), does it list kubelet-serving CSRs by signer, bounded in
 // size and backed off in time, each use on its own backoff.
-type csrSource struct {
+type Cached struct {
 	node     string
 	labelled certlisters.CertificateSigningRequestLister
 	client   nodeapi.API
 
 	minBackoff, maxBackoff time.Duration
 	evidence, renewal      signerList
+}
+
+// NewCached reads node's labelled CSRs from labelled (an informer's lister
+// over Selector(node)) and lists the signer's through client, backing off
+// from minBackoff to maxBackoff between lists.
+func NewCached(node string, labelled certlisters.CertificateSigningRequestLister, client nodeapi.API, minBackoff, maxBackoff time.Duration) *Cached {
+	return &Cached{node: node, labelled: labelled, client: client, minBackoff: minBackoff, maxBackoff: maxBackoff}
 }
 
 // signerList is one use's backed-off list of the node's CSRs by signer.
@@ -41,9 +47,9 @@ type signerList struct {
 }
 
 // get lists again once the backoff has passed, else returns the last list.
-func (s *csrSource) get(ctx context.Context, l *signerList, now time.Time, why string) ([]*certv1.CertificateSigningRequest, error) {
+func (s *Cached) get(ctx context.Context, l *signerList, now time.Time, why string) ([]*certv1.CertificateSigningRequest, error) {
 	if !now.Before(l.next) {
-		l.items, l.err = observe.ListBySigner(ctx, s.client, s.node)
+		l.items, l.err = ListBySigner(ctx, s.client, s.node)
 		l.backoff = min(max(l.backoff*2, s.minBackoff), s.maxBackoff)
 		l.next = now.Add(l.backoff)
 		klog.FromContext(ctx).V(2).Info("Listed kubelet-serving CSRs by signer: "+why, "found", len(l.items), "err", l.err, "nextList", l.backoff)
@@ -51,13 +57,14 @@ func (s *csrSource) get(ctx context.Context, l *signerList, now time.Time, why s
 	return l.items, l.err
 }
 
-func (s *csrSource) Evidence(ctx context.Context, now time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
+// Evidence applies Evidence's rule to the cache and the backed-off list.
+func (s *Cached) Evidence(ctx context.Context, now time.Time, installed fingerprint.SHA256, proven bool) (csrmatch.Result, error) {
 	cached, err := s.labelled.List(labels.Everything())
 	if err != nil {
 		return csrmatch.Result{}, fmt.Errorf("reading the labelled CSR cache: %w", err)
 	}
 	listed := false
-	res, err := observe.Evidence(cached, s.node, installed, proven, func() ([]*certv1.CertificateSigningRequest, error) {
+	res, err := Evidence(cached, s.node, installed, proven, func() ([]*certv1.CertificateSigningRequest, error) {
 		listed = true
 		return s.get(ctx, &s.evidence, now, "no labelled CSR explains the installed certificate")
 	})
@@ -70,7 +77,7 @@ func (s *csrSource) Evidence(ctx context.Context, now time.Time, installed finge
 }
 
 // Labelled returns the node's labelled CSRs from the cache.
-func (s *csrSource) Labelled() []*certv1.CertificateSigningRequest {
+func (s *Cached) Labelled() []*certv1.CertificateSigningRequest {
 	cached, _ := s.labelled.List(labels.Everything())
 	return cached
 }
@@ -79,7 +86,7 @@ func (s *csrSource) Labelled() []*certv1.CertificateSigningRequest {
 // by signer, for a renewal the labelled ones alone call stuck: a request
 // the approver never saw (none runs?) carries no label. A failed list
 // leaves the labelled ones.
-func (s *csrSource) WithUnlabelled(ctx context.Context, now time.Time, cached []*certv1.CertificateSigningRequest) []*certv1.CertificateSigningRequest {
+func (s *Cached) WithUnlabelled(ctx context.Context, now time.Time, cached []*certv1.CertificateSigningRequest) []*certv1.CertificateSigningRequest {
 	listed, err := s.get(ctx, &s.renewal, now, "a renewal looks stuck")
 	if err != nil {
 		return cached
@@ -99,4 +106,4 @@ func (s *csrSource) WithUnlabelled(ctx context.Context, now time.Time, cached []
 
 // RenewalNotStuck ends WithUnlabelled's backoff: the next stuck renewal
 // lists at once.
-func (s *csrSource) RenewalNotStuck() { s.renewal = signerList{} }
+func (s *Cached) RenewalNotStuck() { s.renewal = signerList{} }
