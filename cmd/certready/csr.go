@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/approver"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/fleet"
@@ -156,7 +157,7 @@ func printCSRs(w io.Writer, output string, noHeaders bool, rows []fleet.CSRRow, 
 	for _, r := range rows {
 		notAfter := "-"
 		if r.Certificate != nil {
-			notAfter = names.Stamp(r.Certificate.NotAfter)
+			notAfter = stamp.Format(r.Certificate.NotAfter)
 		}
 		row(tw, r.Name, dash(r.Node), shortDuration(now.Sub(r.Created)), r.Stage, dash(r.Rule), notAfter)
 	}
@@ -451,7 +452,7 @@ func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
 	row(tw, "Name:", fmt.Sprintf("%s (uid %s)", c.Name, c.UID))
 	row(tw, "Requester:", c.Requester)
 	row(tw, "Node:", dash(c.Node))
-	row(tw, "Created:", fmt.Sprintf("%s (%s ago)", names.Stamp(c.Created), shortDuration(now.Sub(c.Created))))
+	row(tw, "Created:", fmt.Sprintf("%s (%s ago)", stamp.Format(c.Created), shortDuration(now.Sub(c.Created))))
 	row(tw, "Stage:", c.Stage)
 	if c.Rule != "" {
 		row(tw, "Recorded rule:", c.Rule)
@@ -492,7 +493,7 @@ func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
 	if ic := c.Certificate; ic != nil {
 		row(tw, "Certificate:", "")
 		row(tw, "  SHA-256:", ic.Fingerprint)
-		row(tw, "  Valid:", fmt.Sprintf("%s to %s", names.Stamp(ic.NotBefore), names.Stamp(ic.NotAfter)))
+		row(tw, "  Valid:", fmt.Sprintf("%s to %s", stamp.Format(ic.NotBefore), stamp.Format(ic.NotAfter)))
 		row(tw, "  Subject:", ic.Subject)
 		row(tw, "  SANs:", strings.Join(append(append([]string{}, ic.DNSNames...), ic.IPAddresses...), ", "))
 	}

@@ -1,13 +1,12 @@
 // Package names holds the names that certready's parts share and that no
 // one part owns: the CSR signer and label the approver writes and the agent
 // selects by, the node identity prefix, the node condition, the readiness
-// taint, and the one format of times in condition messages and events.
-// Reasons stay with the verdict that gives them (reporter/servingcert/verdict).
+// taint, the annotations and markers certready writes. Times are formatted
+// by package stamp. Reasons stay with the verdict that gives them (reporter/servingcert/verdict).
 package names
 
 import (
 	"strings"
-	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 )
@@ -89,6 +88,3 @@ func NodeOf(user string) (string, bool) {
 	}
 	return node, true
 }
-
-// Stamp formats t as condition messages and events write times.
-func Stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

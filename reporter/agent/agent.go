@@ -30,6 +30,7 @@ import (
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/agent/apiclock"
@@ -591,7 +592,7 @@ func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.In
 		"new", a.served.fp.String(), "newNotAfter", a.served.notAfter, "csr", in.CSR.Match.Name)
 	a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}, corev1.EventTypeNormal, "CertificateRotated",
 		"serving certificate rotated: sha256 %s (notAfter %s) -> sha256 %s (notAfter %s), issued by %s",
-		prev.fp, names.Stamp(prev.notAfter), a.served.fp, names.Stamp(a.served.notAfter), in.CSR.Match.Describe())
+		prev.fp, stamp.Format(prev.notAfter), a.served.fp, stamp.Format(a.served.notAfter), in.CSR.Match.Describe())
 }
 
 // noteRenewal warns when the renewal of the certificate just proven ready

@@ -37,6 +37,7 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/nodeapi"
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testpki"
 	"github.com/certready/certready/internal/testwait"
@@ -400,7 +401,7 @@ func TestBootstrapThenRotation(t *testing.T) {
 		}
 		return len(rotated) > 0
 	})
-	for _, want := range []string{fingerprint.Of(first.Cert).String(), fingerprint.Of(second.Cert).String(), names.Stamp(second.Cert.NotAfter), "csr-2"} {
+	for _, want := range []string{fingerprint.Of(first.Cert).String(), fingerprint.Of(second.Cert).String(), stamp.Format(second.Cert.NotAfter), "csr-2"} {
 		if len(rotated) != 1 || !strings.Contains(rotated[0], want) {
 			t.Errorf("rotation events %q: want one naming %s", rotated, want)
 		}

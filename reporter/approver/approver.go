@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
@@ -37,6 +36,7 @@ import (
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/controller"
+	"github.com/certready/certready/reporter/approver/events"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/metricscert"
 	"github.com/certready/certready/reporter/approver/ranges"

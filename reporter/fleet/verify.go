@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 )
 
 // Verification is one node's before/after acceptance of a renewal.
@@ -33,7 +34,7 @@ func certOf(s NodeStatus) *Cert {
 	}
 	c := &Cert{Fingerprint: s.Fingerprint, CSR: s.CSR, CA: s.CAFingerprint}
 	if s.NotAfter != nil {
-		c.NotAfter = names.Stamp(*s.NotAfter)
+		c.NotAfter = stamp.Format(*s.NotAfter)
 	}
 	return c
 }

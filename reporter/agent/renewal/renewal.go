@@ -20,7 +20,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 
 	"github.com/certready/certready/internal/fingerprint"
-	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
 )
 
@@ -131,22 +131,22 @@ func (s Status) Message(fp string, notAfter time.Time) string {
 	what := ""
 	switch s.Reason {
 	case Pending:
-		what = fmt.Sprintf("its newest request, CSR %s (created %s), is still pending approval", s.CSR, names.Stamp(s.Created))
+		what = fmt.Sprintf("its newest request, CSR %s (created %s), is still pending approval", s.CSR, stamp.Format(s.Created))
 	case Denied:
-		what = fmt.Sprintf("its newest request, CSR %s (created %s), was denied%s", s.CSR, names.Stamp(s.Created), detail(s.Detail))
+		what = fmt.Sprintf("its newest request, CSR %s (created %s), was denied%s", s.CSR, stamp.Format(s.Created), detail(s.Detail))
 	case Failed:
-		what = fmt.Sprintf("its newest request, CSR %s (created %s), failed to sign%s", s.CSR, names.Stamp(s.Created), detail(s.Detail))
+		what = fmt.Sprintf("its newest request, CSR %s (created %s), failed to sign%s", s.CSR, stamp.Format(s.Created), detail(s.Detail))
 	case NotIssued:
-		what = fmt.Sprintf("its newest request, CSR %s (created %s), is approved but was never signed (is the controller manager's signer running?)", s.CSR, names.Stamp(s.Created))
+		what = fmt.Sprintf("its newest request, CSR %s (created %s), is approved but was never signed (is the controller manager's signer running?)", s.CSR, stamp.Format(s.Created))
 	case NotInstalled:
-		what = fmt.Sprintf("CSR %s (created %s) was issued, but the kubelet has not installed its certificate", s.CSR, names.Stamp(s.Created))
+		what = fmt.Sprintf("CSR %s (created %s) was issued, but the kubelet has not installed its certificate", s.CSR, stamp.Format(s.Created))
 	case NotRequested:
 		what = "the kubelet has not requested a new certificate (is serverTLSBootstrap with certificate rotation on?)"
 	default:
 		return ""
 	}
 	return fmt.Sprintf("renewal of serving certificate sha256 %s is stuck: past the kubelet's latest rotation point (%s), %s; the certificate still works until %s",
-		fp, names.Stamp(s.Due), what, names.Stamp(notAfter))
+		fp, stamp.Format(s.Due), what, stamp.Format(notAfter))
 }
 
 func detail(s string) string {

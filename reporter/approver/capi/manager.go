@@ -27,12 +27,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
+	"github.com/certready/certready/reporter/approver/events"
 	"github.com/certready/certready/reporter/approver/ranges"
 )
 

@@ -34,10 +34,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/csrstate"
-	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/workloop"
+	"github.com/certready/certready/reporter/approver/events"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
 )

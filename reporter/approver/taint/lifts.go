@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/ledger"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/reporter/approver/events"
 	"github.com/certready/certready/reporter/servingcert/condition"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )

@@ -16,6 +16,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/internal/testmetrics"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/approver/taint"
@@ -27,7 +28,7 @@ func TestLiftedNamesWhoAndWhatItReliedOn(t *testing.T) {
 	fp := fingerprint.SHA256{1, 2, 3}
 	// A release candidate's facts trailer (the agent's annotation has
 	// cases of its own).
-	trailer := " [notAfter=" + names.Stamp(heartbeat.Add(time.Hour)) + " sha256=" + fp.String() + "]"
+	trailer := " [notAfter=" + stamp.Format(heartbeat.Add(time.Hour)) + " sha256=" + fp.String() + "]"
 	ready := "serving certificate ready" + trailer
 	base := func(status corev1.ConditionStatus, message string, taints ...string) *corev1.Node {
 		n := node("w1", status, taints...)

@@ -14,6 +14,7 @@ import (
 	"github.com/certready/certready/internal/csrstate"
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 )
 
@@ -51,15 +52,15 @@ type Result struct {
 func (r Result) Describe() string {
 	switch r.State {
 	case Issued:
-		return fmt.Sprintf("CSR %s (created %s)", r.Name, names.Stamp(r.Created))
+		return fmt.Sprintf("CSR %s (created %s)", r.Name, stamp.Format(r.Created))
 	case Pending:
-		return fmt.Sprintf("CSR %s pending approval since %s", r.Name, names.Stamp(r.Created))
+		return fmt.Sprintf("CSR %s pending approval since %s", r.Name, stamp.Format(r.Created))
 	case Denied:
-		return fmt.Sprintf("CSR %s (created %s) was denied%s", r.Name, names.Stamp(r.Created), suffix(r.Detail))
+		return fmt.Sprintf("CSR %s (created %s) was denied%s", r.Name, stamp.Format(r.Created), suffix(r.Detail))
 	case Failed:
-		return fmt.Sprintf("CSR %s (created %s) failed to sign%s", r.Name, names.Stamp(r.Created), suffix(r.Detail))
+		return fmt.Sprintf("CSR %s (created %s) failed to sign%s", r.Name, stamp.Format(r.Created), suffix(r.Detail))
 	case NotIssued:
-		return fmt.Sprintf("CSR %s (created %s) is approved but not issued yet", r.Name, names.Stamp(r.Created))
+		return fmt.Sprintf("CSR %s (created %s) is approved but not issued yet", r.Name, stamp.Format(r.Created))
 	}
 	if r.Seen == 0 {
 		return "no kubelet-serving CSR from this node exists"

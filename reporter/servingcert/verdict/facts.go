@@ -9,6 +9,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 )
 
 // Facts are what a ready verdict states about the serving certificate for
@@ -96,12 +97,12 @@ type factsJSON struct {
 
 // Annotation is the value of names.FactsAnnotation that states f.
 func (f Facts) Annotation() string {
-	j := factsJSON{NotAfter: names.Stamp(f.NotAfter), CSR: f.CSR, SHA256: f.Fingerprint.String(), Agent: f.Agent}
+	j := factsJSON{NotAfter: stamp.Format(f.NotAfter), CSR: f.CSR, SHA256: f.Fingerprint.String(), Agent: f.Agent}
 	if !f.CA.IsZero() {
-		j.CA, j.CANotAfter = f.CA.String(), names.Stamp(f.CANotAfter)
+		j.CA, j.CANotAfter = f.CA.String(), stamp.Format(f.CANotAfter)
 	}
 	if !f.ClientNotAfter.IsZero() {
-		j.ClientNotAfter = names.Stamp(f.ClientNotAfter)
+		j.ClientNotAfter = stamp.Format(f.ClientNotAfter)
 	}
 	b, err := json.Marshal(j)
 	if err != nil { // strings only: cannot happen

@@ -10,21 +10,22 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // trailer is the form release-candidate agents ended a ready message with.
 func trailer(f verdict.Facts) string {
-	s := " [notAfter=" + names.Stamp(f.NotAfter)
+	s := " [notAfter=" + stamp.Format(f.NotAfter)
 	if f.CSR != "" {
 		s += " csr=" + f.CSR
 	}
 	s += " sha256=" + f.Fingerprint.String()
 	if !f.CA.IsZero() {
-		s += " ca=" + f.CA.String() + " caNotAfter=" + names.Stamp(f.CANotAfter)
+		s += " ca=" + f.CA.String() + " caNotAfter=" + stamp.Format(f.CANotAfter)
 	}
 	if !f.ClientNotAfter.IsZero() {
-		s += " clientNotAfter=" + names.Stamp(f.ClientNotAfter)
+		s += " clientNotAfter=" + stamp.Format(f.ClientNotAfter)
 	}
 	if f.Agent != "" {
 		s += " agent=" + f.Agent

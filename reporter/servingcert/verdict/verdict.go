@@ -20,6 +20,7 @@ import (
 
 	"github.com/certready/certready/internal/fingerprint"
 	"github.com/certready/certready/internal/names"
+	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
@@ -256,7 +257,7 @@ func Stalled(now, last time.Time, stage string) Verdict {
 	return Verdict{
 		Status: corev1.ConditionUnknown, Reason: CheckStalled,
 		Message: fmt.Sprintf("no check completed for %s (since %s; now in %s): the agent's checks are stuck, its last verdict no longer stands; see its logs",
-			now.Sub(last).Round(time.Second), names.Stamp(last), stage),
+			now.Sub(last).Round(time.Second), stamp.Format(last), stage),
 	}
 }
 
@@ -329,7 +330,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 		}
 		return e.fail(CheckCertificate, corev1.ConditionTrue, ClockSkew,
 			"node clock is %s %s the API server's (the Date of its responses; at most %s tolerated): the kubelet rotates its certificate by that clock; certificate %s is valid until %s by the API server's clock; fix the node's time sync",
-			by.Round(time.Second), dir, c.Max, fp, names.Stamp(leaf.NotAfter))
+			by.Round(time.Second), dir, c.Max, fp, stamp.Format(leaf.NotAfter))
 	}
 	wantCN := names.NodeUser(in.Node.Name)
 	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{names.NodesGroup}) {
@@ -338,11 +339,11 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	}
 	if now.Before(leaf.NotBefore) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateNotYetValid,
-			"certificate %s is not valid before %s (clock skew?)", fp, names.Stamp(leaf.NotBefore))
+			"certificate %s is not valid before %s (clock skew?)", fp, stamp.Format(leaf.NotBefore))
 	}
 	if !now.Before(leaf.NotAfter) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateExpired,
-			"certificate %s expired at %s and was not renewed", fp, names.Stamp(leaf.NotAfter))
+			"certificate %s expired at %s and was not renewed", fp, stamp.Format(leaf.NotAfter))
 	}
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
@@ -480,7 +481,7 @@ func (e *evaluation) endpoint() Verdict {
 				Status: corev1.ConditionFalse,
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
-					in.File.Fingerprint.Short(), names.Stamp(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in),
+					in.File.Fingerprint.Short(), stamp.Format(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in),
 				Facts: &Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
 					CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent},
 				Results: e.results,
@@ -494,7 +495,7 @@ func (e *evaluation) endpoint() Verdict {
 		default:
 			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateMismatch,
 				"%s presents %s (valid until %s), not the installed %s: the kubelet serves a stale certificate",
-				ep.Addr, ep.Fingerprint.Short(), names.Stamp(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
+				ep.Addr, ep.Fingerprint.Short(), stamp.Format(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
 			return v
 		}
 	default:

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/certready/certready/internal/events"
+	"github.com/certready/certready/reporter/approver/events"
 )
 
 func TestClip(t *testing.T) {

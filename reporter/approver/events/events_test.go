@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/certready/certready/internal/events"
 	"github.com/certready/certready/internal/testwait"
+	"github.com/certready/certready/reporter/approver/events"
 )
 
 // An event recorded reaches the API as an Event of the component about the
