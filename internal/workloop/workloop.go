@@ -15,11 +15,30 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Sync handles one key. A positive duration looks at the key again after
-// that long; a negative one retries it with the queue's backoff (not a
-// failure: a precondition not met yet); zero is done. An error retries
-// with backoff and is logged.
-type Sync[T comparable] func(ctx context.Context, key T) (time.Duration, error)
+// Sync handles one key and says what happens to it next. An error retries
+// it with the queue's backoff and is logged.
+type Sync[T comparable] func(ctx context.Context, key T) (Result, error)
+
+// Result is a sync's answer when it did not fail: done, look again after a
+// while, or retry with the queue's backoff.
+type Result struct {
+	after time.Duration
+	retry bool
+}
+
+// Done: nothing more to do for the key until it is added again.
+func Done() Result { return Result{} }
+
+// After looks at the key again after d (d <= 0: Done).
+func After(d time.Duration) Result { return Result{after: max(d, 0)} }
+
+// Retry retries the key with the queue's backoff: not a failure, a
+// precondition not met yet (a newer object's own event follows, a
+// transient refusal), so nothing is logged.
+func Retry() Result { return Result{retry: true} }
+
+// IsDone reports whether r is Done.
+func (r Result) IsDone() bool { return r == Result{} }
 
 // Config names a loop's queue (client-go's workqueue metrics carry the
 // name), its backoff, and how its failures are logged.
@@ -58,7 +77,7 @@ func New[T comparable](cfg Config[T], sync Sync[T]) *Loop[T] {
 
 // Errors adapts a sync that either succeeds or is retried.
 func Errors[T comparable](sync func(context.Context, T) error) Sync[T] {
-	return func(ctx context.Context, key T) (time.Duration, error) { return 0, sync(ctx, key) }
+	return func(ctx context.Context, key T) (Result, error) { return Done(), sync(ctx, key) }
 }
 
 // Run works the queue with the given number of workers until ctx ends, then
@@ -87,18 +106,18 @@ func (l *Loop[T]) Next(ctx context.Context) bool {
 		return false
 	}
 	defer l.Done(key)
-	after, err := l.sync(ctx, key)
+	res, err := l.sync(ctx, key)
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
 		klog.FromContext(ctx).Error(err, l.cfg.Failure, l.cfg.KeyName, key)
 		l.AddRateLimited(key)
-	case after < 0:
+	case res.retry:
 		l.AddRateLimited(key)
 	default:
 		l.Forget(key)
-		if after > 0 {
-			l.AddAfter(key, after)
+		if res.after > 0 {
+			l.AddAfter(key, res.after)
 		}
 	}
 	return true

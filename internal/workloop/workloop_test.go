@@ -14,26 +14,27 @@ import (
 func TestNextActsOnTheSyncsAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		after         time.Duration
+		res           workloop.Result
 		err           error
 		cancelled     bool
 		wantRequeues  int  // the backoff counter after the step (one failure seen before it)
 		wantScheduled bool // the key comes back on its own
 	}{
-		{name: "done forgets the backoff", wantRequeues: 0},
-		{name: "failure retries with backoff", err: errors.New("boom"), wantRequeues: 2, wantScheduled: true},
-		{name: "negative asks for backoff without failing", after: -1, wantRequeues: 2, wantScheduled: true},
-		{name: "positive looks again later, backoff forgotten", after: 10 * time.Millisecond, wantRequeues: 0, wantScheduled: true},
+		{name: "done forgets the backoff", res: workloop.Done(), wantRequeues: 0},
+		{name: "failure retries with backoff", res: workloop.Done(), err: errors.New("boom"), wantRequeues: 2, wantScheduled: true},
+		{name: "retry asks for backoff without failing", res: workloop.Retry(), wantRequeues: 2, wantScheduled: true},
+		{name: "after looks again later, backoff forgotten", res: workloop.After(10 * time.Millisecond), wantRequeues: 0, wantScheduled: true},
+		{name: "after with no delay is done", res: workloop.After(-time.Second), wantRequeues: 0},
 		{name: "a failure after ctx ended is shutdown, not retried", err: errors.New("cut short"), cancelled: true, wantRequeues: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synced := 0
 			l := workloop.New(workloop.Config[string]{Name: "test", KeyName: "key", Failure: "failed"},
-				func(context.Context, string) (time.Duration, error) { synced++; return tc.after, tc.err })
+				func(context.Context, string) (workloop.Result, error) { synced++; return tc.res, tc.err })
 			defer l.ShutDown()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			// A failure seen before counts: "positive" must clear it.
+			// A failure seen before counts: "after" must clear it.
 			l.AddRateLimited("k")
 			if !testwait.Until(5*time.Second, func() bool { return l.Len() == 1 }) {
 				t.Fatal("the rate-limited key did not arrive")

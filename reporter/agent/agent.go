@@ -299,7 +299,10 @@ func New(cfg Config, client nodeapi.API, reg prometheus.Registerer, ready *https
 		Name:        "certready-agent",
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 		KeyName:     "check", Failure: "Check failed; retrying",
-	}, func(ctx context.Context, _ string) (time.Duration, error) { return a.Check(ctx) })
+	}, func(ctx context.Context, _ string) (workloop.Result, error) {
+		next, err := a.Check(ctx)
+		return workloop.After(next), err
+	})
 	return a, nil
 }
 

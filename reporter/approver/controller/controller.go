@@ -266,28 +266,27 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// sync handles one CSR. It returns a positive delay to look again after
-// that long, a negative one to retry with backoff, or 0 when done.
-func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+// sync handles one CSR and says when to look at it again.
+func (c *Controller) sync(ctx context.Context, name string) (workloop.Result, error) {
 	if !c.leading.Load() {
-		return 0, nil
+		return workloop.Done(), nil
 	}
 	csr, err := c.csrs.Get(name)
 	if apierrors.IsNotFound(err) {
-		return 0, nil
+		return workloop.Done(), nil
 	}
 	if err != nil {
-		return 0, err
+		return workloop.Done(), err
 	}
 	if csr.Spec.SignerName != certv1.KubeletServingSignerName {
-		return 0, nil // never touch another signer's CSR, whatever its content
+		return workloop.Done(), nil // never touch another signer's CSR, whatever its content
 	}
 	if !csrstate.IsPending(csr) {
 		c.decided.Delete(csr.UID)
 		return c.relabel(ctx, csr)
 	}
 	if _, done := c.decided.Load(csr.UID); done {
-		return 0, nil // a stale cached copy of a CSR decided here; its update event follows
+		return workloop.Done(), nil // a stale cached copy of a CSR decided here; its update event follows
 	}
 	return c.act(ctx, csr, c.evaluate(csr))
 }
@@ -321,14 +320,14 @@ func (c *Controller) HasSynced() bool { return c.synced() }
 // write per approved CSR. Every other path that keeps a CSR labels it on
 // its own, off the critical path, so that the node's agent sees its
 // pending request.
-func (c *Controller) relabel(ctx context.Context, csr *certv1.CertificateSigningRequest) (time.Duration, error) {
+func (c *Controller) relabel(ctx context.Context, csr *certv1.CertificateSigningRequest) (workloop.Result, error) {
 	if _, err := c.label(ctx, csr); err != nil {
 		if errors.Is(err, errReplaced) {
-			return -1, nil // the new object's own event follows
+			return workloop.Retry(), nil // the new object's own event follows
 		}
-		return 0, err
+		return workloop.Done(), err
 	}
-	return 0, nil
+	return workloop.Done(), nil
 }
 
 // keep leaves csr pending: the label first, so that by the time an
@@ -339,9 +338,9 @@ func (c *Controller) relabel(ctx context.Context, csr *certv1.CertificateSigning
 // server store and send its megabytes once more (a flood's cost doubled),
 // and an agent whose label it spoofs keeps a trimmed copy that is no other
 // node's evidence (the agent matches by requester).
-func (c *Controller) keep(ctx context.Context, csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) (requeue time.Duration, warned bool, err error) {
+func (c *Controller) keep(ctx context.Context, csr *certv1.CertificateSigningRequest, rule policy.Rule, msg string) (requeue workloop.Result, warned bool, err error) {
 	if !policy.RequestDropped(csr) {
-		if requeue, err = c.relabel(ctx, csr); requeue != 0 || err != nil {
+		if requeue, err = c.relabel(ctx, csr); !requeue.IsDone() || err != nil {
 			return requeue, false, err
 		}
 	}
@@ -349,15 +348,15 @@ func (c *Controller) keep(ctx context.Context, csr *certv1.CertificateSigningReq
 	if warned && !policy.RequestDropped(csr) {
 		c.noteLater(csr, rule, msg)
 	}
-	return 0, warned, nil
+	return workloop.Done(), warned, nil
 }
 
 // act carries out decision d on csr: approve it (or deny it with
 // --deny-on-mismatch) in one write, or keep it pending with its reason.
 // Superseded and flood-guarded requests are never denied.
-func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequest, d policy.Decision) (time.Duration, error) {
+func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequest, d policy.Decision) (workloop.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name)
-	keep := func(rule policy.Rule, msg string) (time.Duration, bool, error) { return c.keep(ctx, csr, rule, msg) }
+	keep := func(rule policy.Rule, msg string) (workloop.Result, bool, error) { return c.keep(ctx, csr, rule, msg) }
 	switch d.Rule {
 	case policy.RuleSuperseded:
 		c.metrics.decisions.WithLabelValues("superseded", string(d.Rule)).Inc()
@@ -373,10 +372,10 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 		if warned {
 			c.record(ledger.Deferred, csr, d, d.Message)
 		}
-		if requeue != 0 || err != nil {
+		if !requeue.IsDone() || err != nil {
 			return requeue, err
 		}
-		return c.cfg.FloodRetry, nil
+		return workloop.After(c.cfg.FloodRetry), nil
 	}
 	c.metrics.floodGuard.Set(0)
 	switch {
@@ -392,7 +391,7 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 		}
 		logger.Info("Approved", "node", d.Node, "message", d.Message)
 		c.record(ledger.Approved, csr, d, d.Message)
-		return 0, nil
+		return workloop.Done(), nil
 	case d.Transient:
 		c.metrics.decisions.WithLabelValues("deferred", string(d.Rule)).Inc()
 		msg := d.Message + " (will retry)"
@@ -401,9 +400,9 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 			c.record(ledger.Deferred, csr, d, msg)
 		}
 		if err != nil {
-			return 0, err
+			return workloop.Done(), err
 		}
-		return -1, nil
+		return workloop.Retry(), nil
 	case c.cfg.DenyOnMismatch:
 		by, err := c.decide(ctx, csr, certv1.CertificateDenied, d)
 		if err != nil || by != "" {
@@ -412,7 +411,7 @@ func (c *Controller) act(ctx context.Context, csr *certv1.CertificateSigningRequ
 		c.metrics.decisions.WithLabelValues("denied", string(d.Rule)).Inc()
 		logger.Info("Denied", "node", d.Node, "message", d.Message)
 		c.record(ledger.Denied, csr, d, d.Message)
-		return 0, nil
+		return workloop.Done(), nil
 	default:
 		c.metrics.decisions.WithLabelValues("refused", string(d.Rule)).Inc()
 		msg := d.Message + " (left pending)"
@@ -466,21 +465,21 @@ func relabelled(cur *certv1.CertificateSigningRequest) bool {
 // replaced under its name (err is errReplaced: look again, the new one is
 // evaluated on its own), another actor decided it first (by names what it
 // shows: recorded as that, never as our approval), or the write failed.
-func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigningRequest, by string, err error) (time.Duration, error) {
+func (c *Controller) notOurs(ctx context.Context, csr *certv1.CertificateSigningRequest, by string, err error) (workloop.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "uid", csr.UID)
 	switch {
 	case errors.Is(err, errReplaced):
 		c.metrics.decisions.WithLabelValues("replaced", "CSRReplaced").Inc()
 		logger.Info("Not written: the CSR was replaced since it was evaluated; evaluating the new one")
-		return -1, nil
+		return workloop.Retry(), nil
 	case err != nil:
-		return 0, err
+		return workloop.Done(), err
 	}
 	c.metrics.decisions.WithLabelValues("decided-elsewhere", by).Inc()
 	logger.V(1).Info("Already decided by another actor; nothing written", "state", by)
 	node, _ := nodeOf(csr)
 	c.record(ledger.DecidedElsewhere, csr, policy.Decision{Rule: policy.Rule(by), Node: node}, "the CSR shows "+by+"; another actor decided it first")
-	return 0, nil
+	return workloop.Done(), nil
 }
 
 // ruleName is what a policy rule's name looks like.

@@ -2,17 +2,17 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/policy"
 )
 
 // Sync handles one CSR as a worker would (nothing unless leading), so that
 // a test knows the CSR was handled rather than hoping a worker got to it.
-func (c *Controller) Sync(ctx context.Context, name string) (time.Duration, error) {
+func (c *Controller) Sync(ctx context.Context, name string) (workloop.Result, error) {
 	return c.sync(ctx, name)
 }
 
