@@ -76,14 +76,14 @@ func MetricsMux(reg *prometheus.Registry, profiling bool) *http.ServeMux {
 // Timeouts of every served connection. The ports are reachable by
 // anything on the node's network: a TLS handshake and a request's headers
 // must arrive within headerTimeout (net/http bounds the handshake by it
-// too), and an idle keep-alive connection is closed after IdleTimeout,
+// too), and an idle keep-alive connection is closed after idleTimeout,
 // shorter than a scrape interval: a scraper's new connection every scrape
 // costs one handshake, while idle connections held for minutes are what a
 // flood is made of.
 const (
 	headerTimeout = 5 * time.Second
 	readTimeout   = 10 * time.Second
-	IdleTimeout   = 20 * time.Second
+	idleTimeout   = 20 * time.Second
 )
 
 // Serve listens on addr and serves h until ctx ends, over TLS when tlsCfg
@@ -121,7 +121,7 @@ func ServeListener(ctx context.Context, flag string, raw net.Listener, h http.Ha
 	}
 	srv := &http.Server{
 		Handler: inHandler(h), ConnContext: connContext,
-		ReadHeaderTimeout: headerTimeout, ReadTimeout: readTimeout, IdleTimeout: IdleTimeout,
+		ReadHeaderTimeout: headerTimeout, ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: 64 << 10,
 	}
 	go func() {

@@ -63,7 +63,7 @@ const (
 	DefaultMaxConns          = 128
 	DefaultMaxConnsPerSource = 8
 	DefaultSourceRate        = 1
-	DefaultSourceBurst       = 10
+	defaultSourceBurst       = 10
 	DefaultHandshakeRate     = 20
 )
 
@@ -78,7 +78,7 @@ func DefaultLimits(overTLS bool) Limits {
 	if !overTLS {
 		return Limits{MaxConns: DefaultMaxConns}
 	}
-	return Limits{MaxConns: DefaultMaxConns, MaxConnsPerSource: DefaultMaxConnsPerSource, SourceRate: DefaultSourceRate, SourceBurst: DefaultSourceBurst,
+	return Limits{MaxConns: DefaultMaxConns, MaxConnsPerSource: DefaultMaxConnsPerSource, SourceRate: DefaultSourceRate, SourceBurst: defaultSourceBurst,
 		Rate: DefaultHandshakeRate, Burst: 2 * DefaultHandshakeRate}
 }
 

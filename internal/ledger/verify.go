@@ -41,8 +41,8 @@ type Finding struct {
 	Detail string `json:"detail"`
 }
 
-// WriterSummary is what was read of one writer (one process's chain).
-type WriterSummary struct {
+// writerSummary is what was read of one writer (one process's chain).
+type writerSummary struct {
 	Writer    string    `json:"writer"`
 	Component string    `json:"component"`
 	Actor     string    `json:"actor"`
@@ -73,7 +73,7 @@ type Report struct {
 	Files      int             `json:"files"`
 	Records    int             `json:"records"`
 	OtherLines int             `json:"otherLines"`
-	Writers    []WriterSummary `json:"writers"`
+	Writers    []writerSummary `json:"writers"`
 	Findings   []Finding       `json:"findings"`
 	NoLeader   []Interval      `json:"noLeader"`
 }
@@ -103,7 +103,7 @@ type read struct {
 // hash, the numbers without gaps, each record linked to the one written
 // before it; and names the periods the approver had no leader.
 func Verify(inputs []Input) (Report, error) {
-	rep := Report{Files: len(inputs), Findings: []Finding{}, NoLeader: []Interval{}, Writers: []WriterSummary{}}
+	rep := Report{Files: len(inputs), Findings: []Finding{}, NoLeader: []Interval{}, Writers: []writerSummary{}}
 	bySeq := map[string]map[uint64]read{}
 	for _, in := range inputs {
 		last := map[string]uint64{}
@@ -171,14 +171,14 @@ func Verify(inputs []Input) (Report, error) {
 
 // checkChain checks one writer's records, in seq order, against each
 // other.
-func checkChain(w string, seqs map[uint64]read, findings *[]Finding) WriterSummary {
+func checkChain(w string, seqs map[uint64]read, findings *[]Finding) writerSummary {
 	nums := make([]uint64, 0, len(seqs))
 	for s := range seqs {
 		nums = append(nums, s)
 	}
 	sort.Slice(nums, func(i, j int) bool { return nums[i] < nums[j] })
 	first, last := seqs[nums[0]], seqs[nums[len(nums)-1]]
-	sum := WriterSummary{Writer: w, Component: first.Component, Actor: first.Actor, Records: len(nums), FirstSeq: nums[0], LastSeq: nums[len(nums)-1],
+	sum := writerSummary{Writer: w, Component: first.Component, Actor: first.Actor, Records: len(nums), FirstSeq: nums[0], LastSeq: nums[len(nums)-1],
 		First: first.Time, Last: last.Time, HeadMissing: nums[0] > 1}
 	for i := 1; i < len(nums); i++ {
 		p, r := seqs[nums[i-1]], seqs[nums[i]]

@@ -18,8 +18,8 @@ const (
 	// removed where a requester put it on for another node), so that each
 	// agent can watch only its own node's requests.
 	NodeLabel = "certready.io/node"
-	// UserPrefix is the username prefix of node credentials.
-	UserPrefix = "system:node:"
+	// userPrefix is the username prefix of node credentials.
+	userPrefix = "system:node:"
 	// NodesGroup is the group of node credentials.
 	NodesGroup = "system:nodes"
 
@@ -75,14 +75,14 @@ const (
 )
 
 // NodeUser is the username of node's credentials.
-func NodeUser(node string) string { return UserPrefix + node }
+func NodeUser(node string) string { return userPrefix + node }
 
 // NodeOf returns <name> for a node's username system:node:<name>. It is the
 // one reading of a requester's node for every part: a name that is empty or
 // holds a colon is no node's (it could not be a Node's name, and a colon
 // would let system:node:a:b pass for node a's).
 func NodeOf(user string) (string, bool) {
-	node, ok := strings.CutPrefix(user, UserPrefix)
+	node, ok := strings.CutPrefix(user, userPrefix)
 	if !ok || node == "" || strings.Contains(node, ":") {
 		return "", false
 	}

@@ -62,7 +62,7 @@ func NewCA(cn string) (*CA, error) {
 }
 
 // PEM is the CA certificate in PEM form.
-func (ca *CA) PEM() []byte { return EncodeCert(ca.Cert) }
+func (ca *CA) PEM() []byte { return encodeCert(ca.Cert) }
 
 // Pool is a pool holding only this CA.
 func (ca *CA) Pool() *x509.CertPool {
@@ -132,7 +132,7 @@ func (ca *CA) Issue(s Serving) (*Pair, error) {
 }
 
 // CertPEM is the certificate alone in PEM form.
-func (p *Pair) CertPEM() []byte { return EncodeCert(p.Cert) }
+func (p *Pair) CertPEM() []byte { return encodeCert(p.Cert) }
 
 // KeyPEM is the private key in PEM form (EC PRIVATE KEY, as the kubelet writes it).
 func (p *Pair) KeyPEM() []byte {
@@ -146,8 +146,8 @@ func (p *Pair) KeyPEM() []byte {
 // FilePEM is what the kubelet writes to kubelet-server-<ts>.pem: certificate then key.
 func (p *Pair) FilePEM() []byte { return append(p.CertPEM(), p.KeyPEM()...) }
 
-// EncodeCert PEM-encodes a certificate.
-func EncodeCert(c *x509.Certificate) []byte {
+// encodeCert PEM-encodes a certificate.
+func encodeCert(c *x509.Certificate) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
 

@@ -116,11 +116,11 @@ type Config struct {
 	InventorySyncWait time.Duration
 }
 
-// APIProofTimeout bounds one log request through the API server: above
+// apiProofTimeout bounds one log request through the API server: above
 // its own 30 s dial timeout to the kubelet, so that a connection a
 // firewall drops is named by the API server (cannot reach), not by the
 // agent's deadline.
-const APIProofTimeout = 35 * time.Second
+const apiProofTimeout = 35 * time.Second
 
 // The expiry windows' defaults.
 const (
@@ -177,8 +177,8 @@ func (c Config) Validate() error {
 		return c.ValidateExpiry()
 	case c.APIServerProof != apipath.Off && c.APIProofInterval <= 0:
 		return fmt.Errorf("--apiserver-proof-interval=%s: want a positive duration", c.APIProofInterval)
-	case c.APIServerProof != apipath.Off && c.CheckStalledAfter <= c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout:
-		return fmt.Errorf("--check-stalled-after=%s must exceed --resync + --probe-timeout + --settle + the API server proof's %s (%s), or set --apiserver-proof=off", c.CheckStalledAfter, APIProofTimeout, c.Resync+c.ProbeTimeout+c.Settle+APIProofTimeout)
+	case c.APIServerProof != apipath.Off && c.CheckStalledAfter <= c.Resync+c.ProbeTimeout+c.Settle+apiProofTimeout:
+		return fmt.Errorf("--check-stalled-after=%s must exceed --resync + --probe-timeout + --settle + the API server proof's %s (%s), or set --apiserver-proof=off", c.CheckStalledAfter, apiProofTimeout, c.Resync+c.ProbeTimeout+c.Settle+apiProofTimeout)
 	case c.APIServerProof != apipath.Off && (c.PodName == "" || c.PodNamespace == "" || c.Container == ""):
 		return fmt.Errorf("--apiserver-proof=%s asks the API server for this pod's log: set --pod-name and --pod-namespace (POD_NAME and POD_NAMESPACE from the downward API) and --container-name, or --apiserver-proof=off", c.APIServerProof)
 	case c.CheckStalledAfter <= c.Resync+c.ProbeTimeout+c.Settle:
@@ -436,7 +436,7 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 			Ask: func(ctx context.Context) error {
 				return a.client.PodLog(ctx, a.cfg.PodNamespace, a.cfg.PodName, a.cfg.Container)
 			},
-			Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
+			Timeout: apiProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: time.Minute,
 			Count: func(o apipath.Outcome) { a.metrics.apiProofs.WithLabelValues(string(o)).Inc() },
 		}
 		a.check.APIPath = func(ctx context.Context, fp fingerprint.SHA256) apipath.Result {
@@ -446,7 +446,7 @@ func (a *Agent) wireCheck(nodeInformer, csrInformer cache.SharedIndexInformer) {
 		// proof, so a kubelet with a self-signed certificate costs one
 		// request per interval.
 		a.unverified = &apipath.Prover{
-			Ask: a.apiProof.Ask, Timeout: APIProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: a.cfg.APIProofInterval,
+			Ask: a.apiProof.Ask, Timeout: apiProofTimeout, Interval: a.cfg.APIProofInterval, Fresh: a.cfg.APIProofInterval,
 			FailureStands: a.cfg.APIProofInterval,
 			Count:         func(o apipath.Outcome) { a.metrics.unverifiedAsks.WithLabelValues(string(o)).Inc() },
 		}

@@ -166,9 +166,9 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// ErrLostLease is returned when another replica took the Lease: the process
+// errLostLease is returned when another replica took the Lease: the process
 // exits and restarts as a clean standby.
-var ErrLostLease = errors.New("lost the leader Lease")
+var errLostLease = errors.New("lost the leader Lease")
 
 // Run runs the approver until ctx ends or the Lease is lost.
 func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Registerer, ready *httpserve.Readiness, o Options) error {
@@ -553,7 +553,7 @@ func eventRecorder(ctx context.Context, client kubernetes.Interface, o Options) 
 }
 
 // elect runs lead while this replica holds the Lease (at once without
-// leader election); ErrLostLease when another replica took it.
+// leader election); errLostLease when another replica took it.
 func elect(ctx context.Context, client kubernetes.Interface, o Options, lead func(context.Context)) error {
 	logger := klog.FromContext(ctx)
 	// The ledger shows who led when, and so the periods without a leader
@@ -608,7 +608,7 @@ func elect(ctx context.Context, client kubernetes.Interface, o Options, lead fun
 	}
 	le.Run(ctx)
 	if lost {
-		return ErrLostLease
+		return errLostLease
 	}
 	return nil
 }

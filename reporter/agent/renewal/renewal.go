@@ -53,17 +53,17 @@ const (
 	// latestRotation is the kubelet's latest rotation point, as a fraction
 	// of the certificate's lifetime.
 	latestRotation = 0.9
-	// MaxGrace bounds the grace after that point (5% of the lifetime for
+	// maxGrace bounds the grace after that point (5% of the lifetime for
 	// short-lived certificates).
-	MaxGrace = 5 * time.Minute
+	maxGrace = 5 * time.Minute
 )
 
 // Due is when a renewal of leaf is overdue: the kubelet's latest rotation
 // point (90% of the lifetime) plus a grace of 5% of the lifetime, at most
-// MaxGrace.
+// maxGrace.
 func Due(leaf *x509.Certificate) time.Time {
 	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	grace := min(life/20, MaxGrace)
+	grace := min(life/20, maxGrace)
 	return leaf.NotBefore.Add(time.Duration(float64(life)*latestRotation) + grace)
 }
 

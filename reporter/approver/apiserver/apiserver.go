@@ -52,8 +52,8 @@ import (
 const (
 	Namespace            = "default"
 	Name                 = "kubernetes"
-	ClusterInfoNamespace = "kube-public"
-	ClusterInfoName      = "cluster-info"
+	clusterInfoNamespace = "kube-public"
+	clusterInfoName      = "cluster-info"
 )
 
 // Where each address or name was learned, for refusal messages.
@@ -65,8 +65,8 @@ const (
 	SourceCertificate = "in the certificate the API server presents"
 )
 
-// DefaultRefresh is how often the API server's certificate is read again.
-const DefaultRefresh = 10 * time.Minute
+// defaultRefresh is how often the API server's certificate is read again.
+const defaultRefresh = 10 * time.Minute
 
 // Config says where to learn from.
 type Config struct {
@@ -77,7 +77,7 @@ type Config struct {
 	REST *rest.Config
 	// Extra are names or addresses known besides, with their source.
 	Extra map[string]string
-	// Refresh: how often the certificate is read again (DefaultRefresh).
+	// Refresh: how often the certificate is read again (defaultRefresh).
 	Refresh time.Duration
 	// OnChange runs after the learned identity changed.
 	OnChange func()
@@ -101,7 +101,7 @@ type Identity struct {
 // New watches the sources (by name: the RBAC grants are for those objects).
 func New(cfg Config) (*Identity, error) {
 	if cfg.Refresh <= 0 {
-		cfg.Refresh = DefaultRefresh
+		cfg.Refresh = defaultRefresh
 	}
 	id := &Identity{cfg: cfg, extra: cfg.Extra}
 	id.current.Store(&policy.APIServer{})
@@ -114,7 +114,7 @@ func New(cfg Config) (*Identity, error) {
 		return f
 	}
 	def := byName(Namespace, Name)
-	pub := byName(ClusterInfoNamespace, ClusterInfoName)
+	pub := byName(clusterInfoNamespace, clusterInfoName)
 	watch := []cache.SharedIndexInformer{
 		def.Discovery().V1().EndpointSlices().Informer(),
 		def.Core().V1().Services().Informer(),
@@ -190,7 +190,7 @@ func (id *Identity) Addresses() []netip.Addr {
 }
 
 func (id *Identity) readCertificate(ctx context.Context) {
-	names, addrs, err := PresentedSANs(ctx, id.cfg.REST)
+	names, addrs, err := presentedSANs(ctx, id.cfg.REST)
 	if err != nil {
 		// The previous reading stays: a restarting API server must not
 		// make its names approvable.
@@ -235,7 +235,7 @@ func (id *Identity) rebuild() bool {
 		b.url(id.cfg.REST.Host, SourceClientHost)
 	}
 	for _, obj := range id.clusterInfo.List() {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Namespace == ClusterInfoNamespace && cm.Name == ClusterInfoName {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Namespace == clusterInfoNamespace && cm.Name == clusterInfoName {
 			for _, server := range strings.Split(cm.Data[clusterInfoServerKey], "\n") {
 				b.url(server, SourceClusterInfo)
 			}
@@ -319,9 +319,9 @@ func URLHost(server string) string {
 	return u.Hostname()
 }
 
-// PresentedSANs dials the API server as cfg does (its CA and credentials)
+// presentedSANs dials the API server as cfg does (its CA and credentials)
 // and returns the DNS and IP SANs of the certificate it presents.
-func PresentedSANs(ctx context.Context, cfg *rest.Config) ([]string, []netip.Addr, error) {
+func presentedSANs(ctx context.Context, cfg *rest.Config) ([]string, []netip.Addr, error) {
 	tlsCfg, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("TLS configuration for %s: %w", cfg.Host, err)

@@ -56,21 +56,21 @@ const (
 	// containersPerObject: a kubelet-serving CSR as listed, managedFields
 	// included, holds about 70 JSON objects and arrays.
 	containersPerObject     = 64
-	DefaultMaxResponseBytes = 32 << 20
-	DefaultMaxEventBytes    = 4 << 20
-	DefaultMaxObjects       = 20000
+	defaultMaxResponseBytes = 32 << 20
+	defaultMaxEventBytes    = 4 << 20
+	defaultMaxObjects       = 20000
 	DefaultTimeout          = time.Minute
 )
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxResponseBytes <= 0 {
-		l.MaxResponseBytes = DefaultMaxResponseBytes
+		l.MaxResponseBytes = defaultMaxResponseBytes
 	}
 	if l.MaxEventBytes <= 0 {
-		l.MaxEventBytes = DefaultMaxEventBytes
+		l.MaxEventBytes = defaultMaxEventBytes
 	}
 	if l.MaxObjects <= 0 {
-		l.MaxObjects = DefaultMaxObjects
+		l.MaxObjects = defaultMaxObjects
 	}
 	if l.Timeout <= 0 {
 		l.Timeout = DefaultTimeout

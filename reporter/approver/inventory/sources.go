@@ -29,7 +29,7 @@ import (
 // (Entry.SelfReported, from the trimmed Node's
 // trim.InfrastructureAddressTypes) and which it first reported
 // (Registered), and the policy bounds the former. It answers who else
-// claims an address from Indexer, indexed with AddressIndex.
+// claims an address from Indexer, indexed with addressIndex.
 type Nodes struct {
 	Lister corelisters.NodeLister
 	// Indexer answers Claimants (nil: no address counts as claimed);
@@ -48,14 +48,14 @@ type Nodes struct {
 // Index names of the node informer: IP addresses, and names (the node's
 // own and the DNS and host names it reports).
 const (
-	AddressIndex = "certready.io/address"
-	NameIndex    = "certready.io/name"
+	addressIndex = "certready.io/address"
+	nameIndex    = "certready.io/name"
 )
 
 // AddressIndexers indexes Nodes by every InternalIP and ExternalIP they
 // report (in netip's canonical form) and by their names (normalized).
 var AddressIndexers = cache.Indexers{
-	AddressIndex: func(obj any) ([]string, error) {
+	addressIndex: func(obj any) ([]string, error) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			return nil, nil
@@ -71,7 +71,7 @@ var AddressIndexers = cache.Indexers{
 		}
 		return out, nil
 	},
-	NameIndex: func(obj any) ([]string, error) {
+	nameIndex: func(obj any) ([]string, error) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			return nil, nil
@@ -97,7 +97,7 @@ func (n Nodes) Claimants(ip netip.Addr) []string {
 	if n.Indexer == nil {
 		return nil
 	}
-	return n.byIndex(n.Indexer, AddressIndex, ip.Unmap().String())
+	return n.byIndex(n.Indexer, addressIndex, ip.Unmap().String())
 }
 
 // NameClaimants lists the nodes named name or reporting it. It answers
@@ -107,7 +107,7 @@ func (n Nodes) NameClaimants(name string) []string {
 	if n.NamesIndexer == nil {
 		return nil
 	}
-	return n.byIndex(n.NamesIndexer, NameIndex, normalizeName(name))
+	return n.byIndex(n.NamesIndexer, nameIndex, normalizeName(name))
 }
 
 func (Nodes) byIndex(idx cache.Indexer, index, key string) []string {

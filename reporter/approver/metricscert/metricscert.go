@@ -39,9 +39,9 @@ const (
 	KeyKey    = "tls.key"
 	CABundle  = "ca.crt"
 	CAKeyFile = "ca.key"
-	// PreviousCAFile, in the CA Secret: the CA a planned renewal replaced,
+	// previousCAFile, in the CA Secret: the CA a planned renewal replaced,
 	// trusted (in the serving Secret's bundle) until it expires.
-	PreviousCAFile = "previous-ca.crt"
+	previousCAFile = "previous-ca.crt"
 )
 
 // Lifetimes: the serving certificate is renewed with a third of its life
@@ -49,8 +49,8 @@ const (
 // stays, so Prometheus keeps verifying throughout); the CA likewise, and
 // its predecessor stays in the bundle until it expires.
 const (
-	CALifetime      = 10 * 365 * 24 * time.Hour
-	ServingLifetime = 365 * 24 * time.Hour
+	caLifetime      = 10 * 365 * 24 * time.Hour
+	servingLifetime = 365 * 24 * time.Hour
 )
 
 // Material is the content of the two Secrets.
@@ -62,7 +62,7 @@ type Material struct {
 // they hold (any of it missing, malformed or hostile: whoever writes Secrets
 // in the namespace can write them), and why it changed (nothing when the
 // current content is good). The CA bundle is built from the CA Secret
-// alone: the CA, and its predecessor (PreviousCAFile) only after a planned
+// alone: the CA, and its predecessor (previousCAFile) only after a planned
 // renewal and until it expires. A CA replaced because it was bad, or
 // emptied by an operator rotating it, leaves no predecessor trusted.
 func Plan(cur Material, serverName string, now time.Time) (Material, []string, error) {
@@ -80,7 +80,7 @@ func Plan(cur Material, serverName string, now time.Time) (Material, []string, e
 		why = append(why, fmt.Sprintf("new CA: the CA expires at %s", caCert.NotAfter.UTC().Format(time.RFC3339)))
 		previous = caCert
 	default:
-		previous = previousCA(cur.CA[PreviousCAFile], caCert, now)
+		previous = previousCA(cur.CA[previousCAFile], caCert, now)
 	}
 	if len(why) > 0 {
 		if caCert, caKey, err = newCA(now); err != nil {
@@ -92,9 +92,9 @@ func Plan(cur Material, serverName string, now time.Time) (Material, []string, e
 		}
 		next.CA = map[string][]byte{CABundle: encodeCert(caCert.Raw), CAKeyFile: keyPEM}
 		if previous != nil {
-			next.CA[PreviousCAFile] = encodeCert(previous.Raw)
+			next.CA[previousCAFile] = encodeCert(previous.Raw)
 		}
-	} else if previous == nil && len(cur.CA[PreviousCAFile]) > 0 {
+	} else if previous == nil && len(cur.CA[previousCAFile]) > 0 {
 		why = append(why, "the previous CA expired or is no CA: dropped")
 		next.CA = map[string][]byte{CABundle: cur.CA[CABundle], CAKeyFile: cur.CA[CAKeyFile]}
 	}
@@ -204,7 +204,7 @@ func servingProblem(data map[string][]byte, ca *x509.Certificate, serverName str
 	return ""
 }
 
-// previousCA is the predecessor the CA Secret records (PreviousCAFile),
+// previousCA is the predecessor the CA Secret records (previousCAFile),
 // while it is still valid: the certificates it signed may still be
 // served until the pods' volumes catch up.
 func previousCA(pemBytes []byte, current *x509.Certificate, now time.Time) *x509.Certificate {
@@ -241,7 +241,7 @@ func newCA(now time.Time) (*x509.Certificate, crypto.Signer, error) {
 		SerialNumber:          sn,
 		Subject:               pkix.Name{CommonName: fmt.Sprintf("certready-metrics-ca@%d", now.Unix())},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(CALifetime),
+		NotAfter:              now.Add(caLifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -264,7 +264,7 @@ func issue(ca *x509.Certificate, caKey crypto.Signer, serverName string, now tim
 	if err != nil {
 		return nil, nil, err
 	}
-	notAfter := now.Add(ServingLifetime)
+	notAfter := now.Add(servingLifetime)
 	if notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
 	}

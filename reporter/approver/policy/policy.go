@@ -71,8 +71,8 @@ const (
 const (
 	DefaultMaxSANs         = 100
 	DefaultMaxRequestBytes = 32 << 10
-	MinRSABits             = 2048
-	MaxRSABits             = 8192
+	minRSABits             = 2048
+	maxRSABits             = 8192
 	// DefaultMaxSelfReportedIPs bounds the IP SANs a request takes from
 	// what its node wrote about itself: a kubelet reports one address per
 	// family and type (InternalIP and ExternalIP, IPv4 and IPv6).
@@ -378,7 +378,7 @@ func subjectOrg(e *evaluation) string {
 
 func keyNotAllowed(e *evaluation) string {
 	if why := keyRefused(e.req.PublicKey); why != "" {
-		return fmt.Sprintf("%s; want ECDSA P-256 or P-384, or RSA of %d to %d bits", why, MinRSABits, MaxRSABits)
+		return fmt.Sprintf("%s; want ECDSA P-256 or P-384, or RSA of %d to %d bits", why, minRSABits, maxRSABits)
 	}
 	return ""
 }
@@ -674,7 +674,7 @@ func keyRefused(pub any) string {
 			return fmt.Sprintf("ECDSA key on curve %s", k.Curve.Params().Name)
 		}
 	case *rsa.PublicKey:
-		if bits := k.N.BitLen(); bits < MinRSABits || bits > MaxRSABits {
+		if bits := k.N.BitLen(); bits < minRSABits || bits > maxRSABits {
 			return fmt.Sprintf("RSA key of %d bits", bits)
 		}
 	default:

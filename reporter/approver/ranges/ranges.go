@@ -27,8 +27,8 @@ type Set struct {
 	lengths map[bool]map[int]int // is4 -> prefix length -> count
 }
 
-// NewSet returns an empty set.
-func NewSet() *Set {
+// newSet returns an empty set.
+func newSet() *Set {
 	return &Set{owners: map[netip.Prefix][]string{}, byOwner: map[string][]netip.Prefix{}, lengths: map[bool]map[int]int{true: {}, false: {}}}
 }
 
@@ -95,7 +95,7 @@ type Ranges struct {
 
 // New returns empty ranges; fill them with WatchNodes, WatchServiceCIDRs or
 // SetServiceCIDRs and SetPodCIDRs.
-func New() *Ranges { return &Ranges{services: NewSet(), pods: NewSet()} }
+func New() *Ranges { return &Ranges{services: newSet(), pods: newSet()} }
 
 // NotNodeAddress says why ip is never a node's own, or "".
 func (r *Ranges) NotNodeAddress(ip netip.Addr) string {

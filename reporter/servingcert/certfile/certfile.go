@@ -25,8 +25,8 @@ import (
 const (
 	// DefaultDir is the kubelet's default --cert-dir.
 	DefaultDir = "/var/lib/kubelet/pki"
-	// CurrentName is the symlink the kubelet points at its current pair.
-	CurrentName = "kubelet-server-current.pem"
+	// currentName is the symlink the kubelet points at its current pair.
+	currentName = "kubelet-server-current.pem"
 	// ClientCurrentName is the same for the kubelet's client certificate
 	// (its identity towards the API server), when the kubelet rotates it.
 	ClientCurrentName = "kubelet-client-current.pem"
@@ -62,7 +62,7 @@ type Observation struct {
 }
 
 // CurrentPath is the -current.pem path inside dir.
-func CurrentPath(dir string) string { return filepath.Join(dir, CurrentName) }
+func CurrentPath(dir string) string { return filepath.Join(dir, currentName) }
 
 // ClientPath is the kubelet's client -current.pem path inside dir.
 func ClientPath(dir string) string { return filepath.Join(dir, ClientCurrentName) }

@@ -28,8 +28,8 @@ import (
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
-// DefaultKubeletPort is used when neither the flag nor the Node says otherwise.
-const DefaultKubeletPort = 10250
+// defaultKubeletPort is used when neither the flag nor the Node says otherwise.
+const defaultKubeletPort = 10250
 
 // CSRSource gives the CSR evidence for one node's installed certificate;
 // proven says the certificate was already matched to an issued CSR (which
@@ -42,7 +42,7 @@ type CSRSource interface {
 type Check struct {
 	PKIDir       string
 	CAFile       string
-	KubeletPort  int // 0: the Node's daemon endpoint, else DefaultKubeletPort
+	KubeletPort  int // 0: the Node's daemon endpoint, else defaultKubeletPort
 	ProbeTimeout time.Duration
 	CSRRetention time.Duration
 	// CSRs is nil when the CSRs cannot be read (check without API
@@ -157,13 +157,13 @@ func NodeSelector(node string) func(*metav1.ListOptions) {
 }
 
 // KubeletPort is flag when set, else the Node's daemon endpoint port (node
-// may be nil), else DefaultKubeletPort.
+// may be nil), else defaultKubeletPort.
 func KubeletPort(flag int, node *corev1.Node) int {
 	if flag == 0 && node != nil {
 		flag = int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	}
 	if flag == 0 {
-		flag = DefaultKubeletPort
+		flag = defaultKubeletPort
 	}
 	return flag
 }

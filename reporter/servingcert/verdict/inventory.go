@@ -53,7 +53,7 @@ const driftListMax = 4
 // Drift says how the Node's reported IP addresses differ from what the
 // inventory records for it, for the condition message, or "" when they
 // agree or there is nothing to compare (no inventory, not listed, not
-// readable: InventoryNote says so). Each address is named once, at most
+// readable: inventoryNote says so). Each address is named once, at most
 // driftListMax of each kind.
 func Drift(in Input) string {
 	inv := in.Inventory
@@ -110,9 +110,9 @@ func bounded(items []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:driftListMax], ", "), len(items)-driftListMax)
 }
 
-// InventoryNote is what a message says of an inventory that could not be
+// inventoryNote is what a message says of an inventory that could not be
 // used for this node, or "".
-func InventoryNote(in Input) string {
+func inventoryNote(in Input) string {
 	inv := in.Inventory
 	switch {
 	case inv == nil:
@@ -125,10 +125,10 @@ func InventoryNote(in Input) string {
 	return ""
 }
 
-// inventoryNotes is "; " and what Drift and InventoryNote say, or "".
+// inventoryNotes is "; " and what Drift and inventoryNote say, or "".
 func inventoryNotes(in Input) string {
 	var out string
-	for _, n := range []string{Drift(in), InventoryNote(in)} {
+	for _, n := range []string{Drift(in), inventoryNote(in)} {
 		if n != "" {
 			out += "; " + n
 		}
