@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -37,6 +35,7 @@ import (
 	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/events"
+	"github.com/certready/certready/reporter/approver/evidence"
 	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/metricscert"
 	"github.com/certready/certready/reporter/approver/ranges"
@@ -224,7 +223,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 	ictx, stopInformers := context.WithCancel(ctx)
 	c.csrFactory.Start(ictx.Done())
 	c.nodeFactory.Start(ictx.Done())
-	ev.identity.Start(ictx)
+	ev.Identity.Start(ictx)
 	defer c.csrFactory.Shutdown()
 	defer c.nodeFactory.Shutdown()
 	defer stopInformers()
@@ -248,8 +247,8 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 			})
 		}
 		ready.Set(true, "")
-		api := ev.identity.Current()
-		klog.FromContext(ctx).Info("Approver caches synced", "inventory", o.Controller.Inventory.Describe(), "apiserverAddresses", ev.identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+		api := ev.Identity.Current()
+		klog.FromContext(ctx).Info("Approver caches synced", "inventory", o.Controller.Evidence.Inventory.Describe(), "apiserverAddresses", ev.Identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
 		close(synced)
 	}()
 	return elect(ctx, client, o, func(lctx context.Context) {
@@ -302,21 +301,15 @@ type caches struct {
 
 func newCaches(client kubernetes.Interface, o Options) (*caches, error) {
 	c := &caches{
-		csrFactory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
-		})),
 		nodeFactory: informers.NewSharedInformerFactory(client, 0),
 		issued:      taint.NewIssuedIndex(),
 		nodeCount:   &atomic.Int64{},
 	}
-	c.csr = c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
-	c.node = c.nodeFactory.Core().V1().Nodes()
-	// A request over the bound is dropped before it is cached (and then
-	// refused unread, RequestTooLarge): a flood of huge CSRs costs a
-	// transient decode each, not memory for as long as they are pending.
-	if err := c.csr.SetTransform(c.issued.Transform(trim.CSR(trim.CSROptions{MaxRequestBytes: o.Controller.Policy.RequestBound()}))); err != nil {
+	var err error
+	if c.csrFactory, c.csr, err = evidence.CSRs(client, o.Controller.Policy, c.issued.Transform); err != nil {
 		return nil, err
 	}
+	c.node = c.nodeFactory.Core().V1().Nodes()
 	if _, err := c.csr.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.issued.Forget}); err != nil {
 		return nil, err
 	}
@@ -337,19 +330,21 @@ func newCaches(client kubernetes.Interface, o Options) (*caches, error) {
 	return c, nil
 }
 
-// evidence is what the policy checks requests against besides the CSR:
-// the inventory (and its watch, for desired-state sources), the API
-// server's own names and addresses, and which nodes host an API server.
-type evidence struct {
-	watch    *inventory.Watch
-	identity *apiserver.Identity
-	hosts    *apiserver.Hosts
+// nodeEvidence is the policy's evidence in the approver's own cluster,
+// with what Run and Explain start and watch besides: the inventory's
+// watch (desired-state sources) and the API server hosts the Nodes'
+// events keep.
+type nodeEvidence struct {
+	*evidence.Evidence
+	watch *inventory.Watch
+	hosts *apiserver.Hosts
 }
 
 // gatherEvidence builds the inventory and the policy's views of the
-// cluster into o.Controller; enqueueAll re-evaluates the pending CSRs when
-// the API server's identity changes.
-func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches, o *Options, enqueueAll func()) (evidence, error) {
+// cluster from its Nodes, its Service and Pod CIDRs and its API server
+// into o.Controller.Evidence; enqueueAll re-evaluates the pending CSRs
+// when the API server's identity or the node networks change.
+func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches, o *Options, enqueueAll func()) (nodeEvidence, error) {
 	nodes := c.node.Informer()
 	// Without the address index, no address counts as claimed by another
 	// node (--allow-shared-addresses).
@@ -364,9 +359,9 @@ func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches,
 		Registered: networks.Registered,
 	})
 	if err != nil {
-		return evidence{}, err
+		return nodeEvidence{}, err
 	}
-	o.Controller.Inventory = inv
+	src := evidence.Sources{Client: client, REST: o.RESTConfig, OnChange: enqueueAll, Inventory: inv}
 	if _, ok := inv.(inventory.Nodes); ok {
 		// What a Node reports about itself is checked against the node
 		// networks the cluster knows; a network learned once the caches
@@ -378,43 +373,20 @@ func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches,
 			}
 		}
 		if _, err := nodes.AddEventHandler(networks.Handler()); err != nil {
-			return evidence{}, err
+			return nodeEvidence{}, err
 		}
-		o.Controller.Policy.NodeNetwork = networks.Learned
+		src.NodeNetwork = networks.Learned
 	}
-	// The API server's own names and addresses are never approved but to
-	// a node that hosts it, and only its own; a change re-evaluates the
-	// pending CSRs.
-	identity, err := apiserver.New(apiserver.Config{Client: client, REST: o.RESTConfig, OnChange: enqueueAll})
-	if err != nil {
-		return evidence{}, err
-	}
-	c.synced = append(c.synced, identity.HasSynced)
-	pol := &o.Controller.Policy
-	o.Controller.APIServer = identity.Current
+	// A node labelled as an API server host may have the API server's
+	// names and addresses that were its own before the label.
 	hosts := &apiserver.Hosts{Label: o.APIServerHostLabel}
-	pol.HostOwn = hosts.Own
+	src.HostOwn = hosts.Own
 	if static, ok := inv.(*inventory.Static); ok {
-		pol.HostOwn = static.Lookup // desired state, which the node cannot write
-	}
-	// Service and Pod CIDRs are no node's addresses.
-	netRanges := ranges.New()
-	if err := netRanges.WatchNodes(nodes); err != nil {
-		return evidence{}, err
-	}
-	pol.NotNodeAddress = netRanges.NotNodeAddress
-	if servesServiceCIDRs(client) {
-		sc := c.nodeFactory.Networking().V1().ServiceCIDRs().Informer()
-		if err := netRanges.WatchServiceCIDRs(sc); err != nil {
-			return evidence{}, err
-		}
-		c.synced = append(c.synced, sc.HasSynced)
-	} else {
-		klog.FromContext(ctx).Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
+		src.HostOwn = static.Lookup // desired state, which the node cannot write
 	}
 	if key := o.APIServerHostLabel; key != "" {
 		lister := c.node.Lister()
-		pol.APIServerHost = func(node string) bool {
+		src.HostsAPIServer = func(node string) bool {
 			n, err := lister.Get(node)
 			if err != nil {
 				return false
@@ -422,9 +394,30 @@ func gatherEvidence(ctx context.Context, client kubernetes.Interface, c *caches,
 			_, ok := n.Labels[key]
 			return ok
 		}
-		pol.APIServerHostRule = "label " + key
+		src.HostRule = "label " + key
 	}
-	return evidence{watch: watch, identity: identity, hosts: hosts}, nil
+	// Service and Pod CIDRs are no node's addresses.
+	netRanges := ranges.New()
+	if err := netRanges.WatchNodes(nodes); err != nil {
+		return nodeEvidence{}, err
+	}
+	src.NotNodeAddress = netRanges.NotNodeAddress
+	if servesServiceCIDRs(client) {
+		sc := c.nodeFactory.Networking().V1().ServiceCIDRs().Informer()
+		if err := netRanges.WatchServiceCIDRs(sc); err != nil {
+			return nodeEvidence{}, err
+		}
+		c.synced = append(c.synced, sc.HasSynced)
+	} else {
+		klog.FromContext(ctx).Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes < 1.33): Service CIDRs are refused only as --deny-cidrs")
+	}
+	ev, err := evidence.New(src)
+	if err != nil {
+		return nodeEvidence{}, err
+	}
+	c.synced = append(c.synced, ev.Identity.HasSynced)
+	o.Controller.Evidence = ev.Policy
+	return nodeEvidence{Evidence: ev, watch: watch, hosts: hosts}, nil
 }
 
 // reevaluateOnNodeChanges re-evaluates a node's pending CSRs when its

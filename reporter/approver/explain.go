@@ -43,7 +43,7 @@ func Explain(ctx context.Context, client kubernetes.Interface, o Options, csr *c
 	}
 	c.csrFactory.Start(ctx.Done())
 	c.nodeFactory.Start(ctx.Done())
-	ev.identity.Start(ctx)
+	ev.Identity.Start(ctx)
 	defer func() {
 		cancel() // Shutdown waits for the informers, which stop with ctx
 		c.csrFactory.Shutdown()

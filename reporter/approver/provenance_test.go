@@ -82,7 +82,7 @@ func TestSelfReportedAddressesThroughTheNodeInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !testwait.Until(5*time.Second, func() bool {
-		e, _ := o.Controller.Inventory.Lookup("worker-1")
+		e, _ := o.Controller.Evidence.Inventory.Lookup("worker-1")
 		return len(e.IPs) == 4
 	}) {
 		t.Fatal("the Node cache never saw worker-1's new addresses")
@@ -100,7 +100,7 @@ func TestSelfReportedAddressesThroughTheNodeInformer(t *testing.T) {
 		{"the addresses a cloud controller wrote", "cloud-1", []string{"10.0.1.5", "203.0.113.5"}, policy.RuleApproved, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := policy.Evaluate(servingCSR(t, tc.node, tc.ips...), o.Controller.Inventory, o.Controller.Policy, policy.Backlog{})
+			d := policy.Evaluate(servingCSR(t, tc.node, tc.ips...), o.Controller.Policy, o.Controller.Evidence, policy.Backlog{})
 			if d.Rule != tc.want || !strings.Contains(d.Message, tc.msg) {
 				t.Errorf("%s: %s, want %s with %q", tc.node, d.Message, tc.want, tc.msg)
 			}

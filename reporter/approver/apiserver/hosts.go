@@ -10,7 +10,7 @@ import (
 
 // Hosts remembers, for each node seen gaining the API server host label
 // while the approver ran, the addresses and names it reported just before:
-// those are its own (policy.Config.HostOwn). A node labelled before the
+// those are its own (policy.Evidence.HostOwn). A node labelled before the
 // approver first saw it has no record; the policy then accepts, of the API
 // server's addresses, only those an API server advertises as its endpoint
 // and the node reports, and of its names only the node's own name.

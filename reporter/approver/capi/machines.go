@@ -240,7 +240,7 @@ func (i Inventory) Size() int {
 }
 
 // HostsAPIServer says whether node's Machine is a control-plane Machine
-// (policy.Config.APIServerHost).
+// (policy.Evidence.APIServerHost).
 func (i Inventory) HostsAPIServer(node string) bool {
 	ms := i.Machines(node)
 	if len(ms) != 1 {

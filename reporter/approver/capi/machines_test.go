@@ -99,7 +99,7 @@ func TestMachinesDecide(t *testing.T) {
 		{"the good address of a Machine with a bad one", csr(t, "prod-md-0-bad", []string{"10.0.0.16"}), policy.RuleApproved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := policy.Evaluate(tc.csr, inv, policy.Config{}, policy.Backlog{})
+			d := policy.Evaluate(tc.csr, policy.Config{}, policy.Evidence{Inventory: inv}, policy.Backlog{})
 			if d.Rule != tc.want {
 				t.Fatalf("%s: %s, want %s", tc.name, d.Message, tc.want)
 			}
@@ -124,14 +124,15 @@ func TestOnlyControlPlaneMachinesHostTheAPIServer(t *testing.T) {
 		}
 	}
 	inv := capi.Inventory{Indexer: idx, Namespace: "ns", Cluster: "c"}
-	cfg := policy.Config{APIServer: policy.APIServer{
+	api := policy.APIServer{
 		Addresses: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "an endpoint", netip.MustParseAddr("10.0.0.2"): "an endpoint"},
 		Endpoints: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.1"): true, netip.MustParseAddr("10.0.0.2"): true},
-	}, APIServerHost: inv.HostsAPIServer, HostOwn: inv.Lookup}
-	if d := policy.Evaluate(csr(t, "c-cp-0", []string{"10.0.0.1"}), inv, cfg, policy.Backlog{}); d.Rule != policy.RuleApproved {
+	}
+	ev := policy.Evidence{Inventory: inv, APIServer: func() policy.APIServer { return api }, APIServerHost: inv.HostsAPIServer, HostOwn: inv.Lookup}
+	if d := policy.Evaluate(csr(t, "c-cp-0", []string{"10.0.0.1"}), policy.Config{}, ev, policy.Backlog{}); d.Rule != policy.RuleApproved {
 		t.Errorf("control-plane Machine's node, its own API server address: %s", d.Message)
 	}
-	if d := policy.Evaluate(csr(t, "c-md-0", []string{"10.0.0.2"}), inv, cfg, policy.Backlog{}); d.Rule != policy.RuleSANDenied {
+	if d := policy.Evaluate(csr(t, "c-md-0", []string{"10.0.0.2"}), policy.Config{}, ev, policy.Backlog{}); d.Rule != policy.RuleSANDenied {
 		t.Errorf("worker Machine's node with an API server address: %s, want SANDenied", d.Message)
 	}
 }

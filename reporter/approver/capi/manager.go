@@ -28,11 +28,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/names"
-	"github.com/certready/certready/internal/trim"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/apiserver"
 	"github.com/certready/certready/reporter/approver/controller"
 	"github.com/certready/certready/reporter/approver/events"
+	"github.com/certready/certready/reporter/approver/evidence"
 	"github.com/certready/certready/reporter/approver/ranges"
 )
 
@@ -395,42 +395,43 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 // serve runs one workload cluster's controller until ctx ends.
 // fail ends it early with its cause (a bound the cluster went past).
 func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime.Object, client kubernetes.Interface, rc *rest.Config, w *workload, fail context.CancelCauseFunc) error {
-	csrFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
-	}))
-	csrInformer := csrFactory.Certificates().V1().CertificateSigningRequests().Informer()
-	if err := csrInformer.SetTransform(trim.CSR(trim.CSROptions{MaxRequestBytes: m.cfg.Controller.Policy.RequestBound()})); err != nil {
+	csrFactory, csrInformer, err := evidence.CSRs(client, m.cfg.Controller.Policy, nil)
+	if err != nil {
 		return err
 	}
 	if err := countCached(csrInformer, m.cfg.Limits.MaxObjects, fail, clusterKey(ns, name)); err != nil {
 		return err
 	}
 	inv := Inventory{Indexer: m.machines.GetIndexer(), Namespace: ns, Cluster: name}
-	cfg := m.cfg.Controller
-	cfg.Inventory = inv
-	cfg.Policy.APIServerHost = inv.HostsAPIServer
-	cfg.Policy.APIServerHostRule = "its Machine labelled " + ControlPlaneLabel
-	// What the infrastructure provider recorded on a control-plane
-	// Machine is that node's own, API server addresses included.
-	cfg.Policy.HostOwn = inv.Lookup
-	cfg.Policy.NotNodeAddress = w.ranges.NotNodeAddress
 	// This workload cluster's API server: its endpoints and Service, the
 	// kubeconfig's host, the certificate it presents, and the Cluster's
-	// spec.controlPlaneEndpoint; not the management cluster's.
-	identity, err := apiserver.New(apiserver.Config{Client: client, REST: rc, Extra: w.extra(), OnChange: func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.ctrl != nil {
-			w.ctrl.EnqueueAll()
-		}
-	}})
+	// spec.controlPlaneEndpoint; not the management cluster's. What the
+	// infrastructure provider recorded on a control-plane Machine is
+	// that node's own, API server addresses included.
+	ev, err := evidence.New(evidence.Sources{
+		Client: client, REST: rc, ExtraAPIServer: w.extra(),
+		OnChange: func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.ctrl != nil {
+				w.ctrl.EnqueueAll()
+			}
+		},
+		Inventory:      inv,
+		HostsAPIServer: inv.HostsAPIServer,
+		HostRule:       "its Machine labelled " + ControlPlaneLabel,
+		HostOwn:        inv.Lookup,
+		NotNodeAddress: w.ranges.NotNodeAddress,
+	})
 	if err != nil {
 		return err
 	}
+	identity := ev.Identity
 	w.mu.Lock()
 	w.identity = identity
 	w.mu.Unlock()
-	cfg.APIServer = identity.Current
+	cfg := m.cfg.Controller
+	cfg.Evidence = ev.Policy
 
 	onCSR, stopEvents := events.Recorder(ctx, client, "certready-approver")
 	defer stopEvents()

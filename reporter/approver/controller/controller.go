@@ -38,14 +38,15 @@ import (
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/workloop"
 	"github.com/certready/certready/reporter/approver/events"
-	"github.com/certready/certready/reporter/approver/inventory"
 	"github.com/certready/certready/reporter/approver/policy"
 )
 
 // Config configures the controller.
 type Config struct {
-	Policy    policy.Config
-	Inventory inventory.Source
+	// Policy is the operator's; Evidence is what the cluster tells it
+	// (evidence.New builds it for each mode).
+	Policy   policy.Config
+	Evidence policy.Evidence
 	// MaxPending is the flood guard: with this many distinct nodes or more
 	// waiting on a pending kubelet-serving CSR, nothing is approved (a burst
 	// of new identities). 0: the inventory's size + 100.
@@ -54,9 +55,6 @@ type Config struct {
 	Workers        int
 	// FloodRetry is how soon a CSR held back by the flood guard is retried.
 	FloodRetry time.Duration
-	// APIServer, when set, returns the API server's identity as learned
-	// now (Policy.APIServer).
-	APIServer func() policy.APIServer
 	// Ledger receives a record of every decision (nil: none).
 	Ledger *ledger.Ledger
 	// NoteClient writes the refusal annotations (nil: the main client):
@@ -119,7 +117,7 @@ func New(cfg Config, client kubernetes.Interface, csrInformer cache.SharedIndexI
 	if cfg.FloodRetry <= 0 {
 		cfg.FloodRetry = 30 * time.Second
 	}
-	if cfg.Inventory == nil {
+	if cfg.Evidence.Inventory == nil {
 		return nil, fmt.Errorf("no inventory configured")
 	}
 	c := &Controller{
@@ -260,7 +258,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, csr := range all {
 		c.queue.Add(csr.Name)
 	}
-	logger.Info("Approver acting", "workers", c.cfg.Workers, "inventory", c.cfg.Inventory.Describe())
+	logger.Info("Approver acting", "workers", c.cfg.Workers, "inventory", c.cfg.Evidence.Inventory.Describe())
 	go c.notes.Run(ctx, 2)
 	c.queue.Run(ctx, c.cfg.Workers)
 	return nil
@@ -298,11 +296,7 @@ func (c *Controller) sync(ctx context.Context, name string) (workloop.Result, er
 func (c *Controller) evaluate(csr *certv1.CertificateSigningRequest) policy.Decision {
 	max := c.maxPending()
 	backlog := policy.Backlog{Newer: c.newer(csr), PendingNodes: c.pending.nodes(c.known, max), MaxPending: max}
-	pc := c.cfg.Policy
-	if f := c.cfg.APIServer; f != nil {
-		pc.APIServer = f()
-	}
-	return policy.Evaluate(csr, c.cfg.Inventory, pc, backlog)
+	return policy.Evaluate(csr, c.cfg.Policy, c.cfg.Evidence, backlog)
 }
 
 // Evaluate is what the controller would decide on csr now, writing
@@ -728,7 +722,7 @@ func (c *Controller) warnOnce(csr *certv1.CertificateSigningRequest, rule policy
 
 // known says whether node is in the inventory.
 func (c *Controller) known(node string) bool {
-	_, ok := c.cfg.Inventory.Lookup(node)
+	_, ok := c.cfg.Evidence.Inventory.Lookup(node)
 	return ok
 }
 
@@ -736,7 +730,7 @@ func (c *Controller) maxPending() int {
 	if c.cfg.MaxPending > 0 {
 		return c.cfg.MaxPending
 	}
-	return c.cfg.Inventory.Size() + 100
+	return c.cfg.Evidence.Inventory.Size() + 100
 }
 
 // survey counts the kubelet-serving CSRs in the cache by state, and the

@@ -73,7 +73,7 @@ func startOn(t *testing.T, cs *fake.Clientset, cfg controller.Config, lead bool)
 		"w1": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}},
 		"w2": {IPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")}},
 	})
-	cfg.Inventory = e.inv
+	cfg.Evidence.Inventory = e.inv
 	f := informers.NewSharedInformerFactory(e.cs, 0)
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
 	ctrl, err := controller.New(cfg, e.cs, inf, e.seen, e.reg)
@@ -552,9 +552,9 @@ func decisions(t *testing.T, reg *prometheus.Registry, decision string) float64 
 // node-objects mode where the address is recorded for it.
 func TestAPIServerAddressesAreNeverApproved(t *testing.T) {
 	api := netip.MustParseAddr("192.0.2.11") // w1's recorded address, here also the API server's
-	e := start(t, controller.Config{APIServer: func() policy.APIServer {
+	e := start(t, controller.Config{Evidence: policy.Evidence{APIServer: func() policy.APIServer {
 		return policy.APIServer{Addresses: map[netip.Addr]string{api: "an endpoint of default/kubernetes"}, Endpoints: map[netip.Addr]bool{api: true}}
-	}}, true,
+	}}}, true,
 		csr(t, "csr-api", "w1", "192.0.2.11", signer), csr(t, "csr-ok", "w2", "192.0.2.12", signer))
 	e.waitFor("csr-ok", "approved", approved)
 	ev := e.waitEvent("Warning " + string(policy.RuleSANDenied))

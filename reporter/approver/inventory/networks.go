@@ -132,7 +132,7 @@ func (n *Networks) Registered(node string) []netip.Addr {
 }
 
 // Learned says whether ip lies in a network learned from a cloud
-// controller's InternalIPs, and which (policy.Config.NodeNetwork).
+// controller's InternalIPs, and which (policy.Evidence.NodeNetwork).
 func (n *Networks) Learned(ip netip.Addr) (netip.Prefix, bool) {
 	p := LearnedNetwork(ip)
 	n.mu.RLock()

@@ -79,7 +79,8 @@ const (
 	DefaultMaxSelfReportedIPs = 4
 )
 
-// Config is the operator's policy.
+// Config is the operator's policy: what the flags say, nothing learned
+// from the cluster (that is Evidence).
 type Config struct {
 	// AllowedCIDRs, when set, must contain every IP SAN (in every inventory mode).
 	AllowedCIDRs []netip.Prefix
@@ -88,14 +89,6 @@ type Config struct {
 	// DenyIPs never appear in a SAN (the API server's addresses that are
 	// no node's own: --apiserver-ips and the Service IP).
 	DenyIPs []netip.Addr
-	// APIServerHost reports whether node hosts an API server, from
-	// evidence the node cannot forge (a label its kubelet may not set);
-	// APIServerHostRule says which, for messages. nil: no node does. On
-	// kubeadm and kind an API server listens on its control-plane node's
-	// own address and presents that node's name, and that node's kubelet
-	// asks for a serving certificate for them.
-	APIServerHost     func(node string) bool
-	APIServerHostRule string
 	// DenyDNSNames never appear in a SAN (the API server's external names),
 	// compared case-insensitively, trailing dot ignored; "*.<domain>" is a
 	// pattern that refuses every name one label under domain, as a TLS
@@ -104,20 +97,38 @@ type Config struct {
 	// AllowedDNSSuffixes, when set, must end every DNS SAN but the node's
 	// own name (domains, normalized, no leading dot: ParseDNSSuffix).
 	AllowedDNSSuffixes []string
-	// NodeNetwork says whether ip lies in a node network the cluster
-	// knows besides AllowedCIDRs (learned from the InternalIPs a cloud
-	// controller wrote for Nodes), and which; nil: none is known. It reads
-	// memory only, as every field here.
-	NodeNetwork func(ip netip.Addr) (netip.Prefix, bool)
 	// MaxSelfReportedIPs bounds the IP SANs of a request that its node
 	// reported about itself (inventory.Entry.SelfReported);
 	// DefaultMaxSelfReportedIPs when 0.
 	MaxSelfReportedIPs int
-	// APIServer is what the approver learned of the API server's own names
+	// MaxExpiration bounds spec.expirationSeconds when it is set.
+	MaxExpiration time.Duration
+	// MaxSANs bounds the number of SANs (DefaultMaxSANs when 0).
+	MaxSANs int
+	// MaxRequestBytes bounds spec.request (DefaultMaxRequestBytes when 0).
+	MaxRequestBytes int
+}
+
+// Evidence is what the cluster tells the policy besides the request: the
+// inventory and the views the approver keeps of Nodes, Machines, the API
+// server and the cluster's networks. Every field reads memory only; a nil
+// function is a view with nothing in it.
+type Evidence struct {
+	// Inventory records each node's names and addresses (required).
+	Inventory inventory.Source
+	// APIServer returns what is learned now of the API server's own names
 	// and addresses (its certificate, its clients' configuration, its
 	// Service and EndpointSlice): only a node for which APIServerHost holds
 	// may have one of those, and only its own (HostOwn).
-	APIServer APIServer
+	APIServer func() APIServer
+	// APIServerHost reports whether node hosts an API server, from
+	// evidence the node cannot forge (a label its kubelet may not set, a
+	// Machine); APIServerHostRule says which, for messages. nil: no node
+	// does. On kubeadm and kind an API server listens on its control-plane
+	// node's own address and presents that node's name, and that node's
+	// kubelet asks for a serving certificate for them.
+	APIServerHost     func(node string) bool
+	APIServerHostRule string
 	// HostOwn returns, for a node that hosts an API server, the addresses
 	// and names that are its own: recorded by a source the node cannot
 	// write (a static inventory, a Machine), or reported before it was
@@ -125,15 +136,13 @@ type Config struct {
 	// then only an address an API server advertises as its endpoint and the
 	// node's own name count as its own.
 	HostOwn func(node string) (own inventory.Entry, ok bool)
+	// NodeNetwork says whether ip lies in a node network the cluster
+	// knows besides AllowedCIDRs (learned from the InternalIPs a cloud
+	// controller wrote for Nodes), and which.
+	NodeNetwork func(ip netip.Addr) (netip.Prefix, bool)
 	// NotNodeAddress says why ip is never a node's own (inside a Service
 	// CIDR or a Node's Pod CIDR), or "".
 	NotNodeAddress func(ip netip.Addr) string
-	// MaxExpiration bounds spec.expirationSeconds when it is set.
-	MaxExpiration time.Duration
-	// MaxSANs bounds the number of SANs (DefaultMaxSANs when 0).
-	MaxSANs int
-	// MaxRequestBytes bounds spec.request (DefaultMaxRequestBytes when 0).
-	MaxRequestBytes int
 }
 
 // APIServer holds the API server's own addresses and names, each with
@@ -194,8 +203,9 @@ type Backlog struct {
 // node's inventory entry).
 type evaluation struct {
 	csr     *certv1.CertificateSigningRequest
-	inv     inventory.Source
 	cfg     Config
+	ev      Evidence
+	api     APIServer // ev.APIServer's answer, once per evaluation
 	backlog Backlog
 
 	node  string
@@ -259,8 +269,11 @@ var Rules = func() []Rule {
 
 // Evaluate decides on csr: the first rule it fails refuses it, naming the
 // rule; a request that passes every rule is approved.
-func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg Config, backlog Backlog) Decision {
-	e := &evaluation{csr: csr, inv: inv, cfg: cfg, backlog: backlog}
+func Evaluate(csr *certv1.CertificateSigningRequest, cfg Config, ev Evidence, backlog Backlog) Decision {
+	e := &evaluation{csr: csr, cfg: cfg, ev: ev, backlog: backlog}
+	if ev.APIServer != nil {
+		e.api = ev.APIServer()
+	}
 	for _, r := range rules {
 		if why := r.check(e); why != "" {
 			return Decision{Node: e.node, Rule: r.name, Message: string(r.name) + ": " + why, Transient: r.transient, Request: e.req}
@@ -269,7 +282,7 @@ func Evaluate(csr *certv1.CertificateSigningRequest, inv inventory.Source, cfg C
 	return Decision{
 		Approve: true, Node: e.node, Rule: RuleApproved, Request: e.req,
 		Message: fmt.Sprintf("certready: %s proved node identity: CN/O match, IP SANs %v and DNS SANs %v recorded for %s in %s",
-			csr.Spec.Username, e.ips, e.req.DNSNames, e.node, inv.Describe()),
+			csr.Spec.Username, e.ips, e.req.DNSNames, e.node, ev.Inventory.Describe()),
 	}
 }
 
@@ -423,7 +436,7 @@ func expirationTooLong(e *evaluation) string {
 // the API server's own (but to a node that hosts an API server, its own),
 // and addresses that are never a node's.
 func sanDenied(e *evaluation) string {
-	host := apiServerHost{node: e.node, cfg: e.cfg}
+	host := apiServerHost{node: e.node, ev: e.ev, api: e.api}
 	for _, dns := range e.req.DNSNames {
 		if why := deniedDNS(dns, e.cfg); why != "" {
 			return fmt.Sprintf("DNS SAN %q is %s", dns, why)
@@ -433,7 +446,7 @@ func sanDenied(e *evaluation) string {
 		}
 	}
 	for _, ip := range e.ips {
-		if why := deniedIP(ip, e.cfg); why != "" {
+		if why := deniedIP(ip, e.cfg, e.ev.NotNodeAddress); why != "" {
 			return fmt.Sprintf("IP SAN %s is %s", ip, why)
 		}
 		if why := host.refusesAddress(ip); why != "" {
@@ -495,9 +508,9 @@ func dnsSANNotAllowedSuffix(e *evaluation) string {
 func isNodeName(dns, node string) bool { return NormalizeDNS(dns) == NormalizeDNS(node) }
 
 func nodeNotInInventory(e *evaluation) string {
-	entry, found := e.inv.Lookup(e.node)
+	entry, found := e.ev.Inventory.Lookup(e.node)
 	if !found {
-		return fmt.Sprintf("%s not recorded in the inventory (%s)", e.node, e.inv.Describe())
+		return fmt.Sprintf("%s not recorded in the inventory (%s)", e.node, e.ev.Inventory.Describe())
 	}
 	e.entry = entry
 	return ""
@@ -569,8 +582,8 @@ func ipSANSelfReported(e *evaluation) string {
 		if slices.ContainsFunc(e.cfg.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			continue
 		}
-		if e.cfg.NodeNetwork != nil {
-			if _, ok := e.cfg.NodeNetwork(ip); ok {
+		if e.ev.NodeNetwork != nil {
+			if _, ok := e.ev.NodeNetwork(ip); ok {
 				continue
 			}
 		}
@@ -584,7 +597,7 @@ func ipSANSelfReported(e *evaluation) string {
 // reports too: it proves neither. A node's own name is proven by its
 // credentials, whoever else reports it.
 func addressClaimed(e *evaluation) string {
-	claims, ok := e.inv.(inventory.Claims)
+	claims, ok := e.ev.Inventory.(inventory.Claims)
 	if !ok {
 		return ""
 	}
@@ -688,14 +701,15 @@ func keyRefused(pub any) string {
 // to that one unless they are its own.
 type apiServerHost struct {
 	node string
-	cfg  Config
+	ev   Evidence
+	api  APIServer
 }
 
 func (h apiServerHost) hosts() (bool, string) {
-	if h.cfg.APIServerHost == nil {
+	if h.ev.APIServerHost == nil {
 		return false, "none is configured"
 	}
-	return h.cfg.APIServerHost(h.node), h.cfg.APIServerHostRule
+	return h.ev.APIServerHost(h.node), h.ev.APIServerHostRule
 }
 
 // refusesName applies the rule to the API server's names and to every
@@ -706,10 +720,10 @@ func (h apiServerHost) hosts() (bool, string) {
 func (h apiServerHost) refusesName(dns string) string {
 	n := NormalizeDNS(dns)
 	what := "an API server name"
-	source, ok := h.cfg.APIServer.Names[n]
-	if !ok && len(h.cfg.APIServer.Wildcards) > 0 {
+	source, ok := h.api.Names[n]
+	if !ok && len(h.api.Wildcards) > 0 {
 		parent := parentDomain(n)
-		if source, ok = h.cfg.APIServer.Wildcards[parent]; ok {
+		if source, ok = h.api.Wildcards[parent]; ok {
 			what = "an API server name under its wildcard *." + parent
 		}
 	}
@@ -731,7 +745,7 @@ func (h apiServerHost) refusesName(dns string) string {
 
 func (h apiServerHost) refusesAddress(ip netip.Addr) string {
 	u := ip.Unmap()
-	source, ok := h.cfg.APIServer.Addresses[u]
+	source, ok := h.api.Addresses[u]
 	if !ok {
 		return ""
 	}
@@ -745,17 +759,17 @@ func (h apiServerHost) refusesAddress(ip netip.Addr) string {
 		}
 		return fmt.Sprintf("an API server address (%s) and not among the addresses recorded for %s before it was labelled as an API server host", source, h.node)
 	}
-	if h.cfg.APIServer.Endpoints[u] {
+	if h.api.Endpoints[u] {
 		return "" // an API server advertises it; the inventory checks that the node reports it
 	}
 	return fmt.Sprintf("an API server address (%s) that no API server advertises as its endpoint: no node's own", source)
 }
 
 func (h apiServerHost) own() (inventory.Entry, bool) {
-	if h.cfg.HostOwn == nil {
+	if h.ev.HostOwn == nil {
 		return inventory.Entry{}, false
 	}
-	return h.cfg.HostOwn(h.node)
+	return h.ev.HostOwn(h.node)
 }
 
 func usagesAllowed(got []certv1.KeyUsage) bool {
@@ -821,9 +835,10 @@ func deniedDNS(dns string, cfg Config) string {
 	return ""
 }
 
-// deniedIP says why an IP SAN may never be approved, or "". Addresses are
-// classified unmapped, so ::ffff:127.0.0.1 is loopback too.
-func deniedIP(ip netip.Addr, cfg Config) string {
+// deniedIP says why an IP SAN may never be approved, or "" (notNode:
+// Evidence.NotNodeAddress). Addresses are classified unmapped, so
+// ::ffff:127.0.0.1 is loopback too.
+func deniedIP(ip netip.Addr, cfg Config, notNode func(netip.Addr) string) string {
 	u := ip.Unmap()
 	switch {
 	case u.IsLoopback():
@@ -845,8 +860,8 @@ func deniedIP(ip netip.Addr, cfg Config) string {
 			return "inside --deny-cidrs " + p.String()
 		}
 	}
-	if cfg.NotNodeAddress != nil {
-		if why := cfg.NotNodeAddress(u); why != "" {
+	if notNode != nil {
+		if why := notNode(u); why != "" {
 			return why + ": never a node's own"
 		}
 	}

@@ -69,22 +69,24 @@ var cfg = policy.Config{
 // answers on a load balancer (192.0.2.50, api.example.com) and presents
 // worker-1's name; worker-1's own addresses before it was labelled are not
 // known.
-var apiHosts = policy.Config{
-	APIServer: policy.APIServer{
-		Addresses: map[netip.Addr]string{
-			netip.MustParseAddr("192.0.2.11"): "an endpoint", netip.MustParseAddr("192.0.2.12"): "an endpoint",
-			netip.MustParseAddr("192.0.2.50"): "the load balancer",
-		},
-		Endpoints: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.11"): true, netip.MustParseAddr("192.0.2.12"): true},
-		Names:     map[string]string{"api.example.com": "the kubeconfig's host", "worker-1": "in the certificate"},
+var apiHostsServer = policy.APIServer{
+	Addresses: map[netip.Addr]string{
+		netip.MustParseAddr("192.0.2.11"): "an endpoint", netip.MustParseAddr("192.0.2.12"): "an endpoint",
+		netip.MustParseAddr("192.0.2.50"): "the load balancer",
 	},
+	Endpoints: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.11"): true, netip.MustParseAddr("192.0.2.12"): true},
+	Names:     map[string]string{"api.example.com": "the kubeconfig's host", "worker-1": "in the certificate"},
+}
+
+var apiHosts = policy.Evidence{
+	APIServer:         fixed(apiHostsServer),
 	APIServerHost:     func(node string) bool { return node == "worker-1" },
 	APIServerHostRule: "label node-role.kubernetes.io/control-plane",
 }
 
 // withHostOwn is apiHosts where worker-1 was seen labelled, having
 // reported own before.
-func withHostOwn(own inventory.Entry) *policy.Config {
+func withHostOwn(own inventory.Entry) *policy.Evidence {
 	c := apiHosts
 	c.HostOwn = func(node string) (inventory.Entry, bool) { return own, node == "worker-1" }
 	return &c
@@ -114,6 +116,7 @@ type csrCase struct {
 	mutate  func(*certv1.CertificateSigningRequest)
 	invSrc  inventory.Source
 	cfg     *policy.Config
+	ev      *policy.Evidence // its Inventory is invSrc
 	want    policy.Rule
 	wantMsg string
 	retry   bool
@@ -217,25 +220,25 @@ func TestEvaluate(t *testing.T) {
 		{name: "an address only this Node reports", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, invSrc: shared, want: approve},
 		// The API server's endpoints: on kubeadm and kind, a control-plane
 		// node's own address.
-		{name: "an API server endpoint, asked by the node that hosts it", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &apiHosts, want: approve},
-		{name: "an API server endpoint, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, cfg: &apiHosts,
+		{name: "an API server endpoint, asked by the node that hosts it", req: testpki.Request{IPs: ips("192.0.2.11")}, ev: &apiHosts, want: approve},
+		{name: "an API server endpoint, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", IPs: ips("192.0.2.12")}, ev: &apiHosts,
 			want: policy.RuleSANDenied, wantMsg: "192.0.2.12 is an API server address (an endpoint); only a node that hosts an API server may have its own (label node-role.kubernetes.io/control-plane), and worker-2 does not"},
-		{name: "an API server endpoint, no host rule configured", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{APIServer: apiHosts.APIServer},
+		{name: "an API server endpoint, no host rule configured", req: testpki.Request{IPs: ips("192.0.2.11")}, ev: &policy.Evidence{APIServer: fixed(apiHostsServer)},
 			want: policy.RuleSANDenied, wantMsg: "none is configured"},
 		// The API server's names and other addresses, learned without
 		// configuration.
-		{name: "the API server's name, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", DNSNames: []string{"API.example.com."}}, cfg: &apiHosts,
+		{name: "the API server's name, asked by a node that hosts none", req: testpki.Request{Node: "worker-2", DNSNames: []string{"API.example.com."}}, ev: &apiHosts,
 			want: policy.RuleSANDenied, wantMsg: `"API.example.com." is an API server name (the kubeconfig's host); only a node that hosts an API server`},
-		{name: "an API server host's own node name, which the API server presents", req: testpki.Request{DNSNames: []string{"worker-1"}, IPs: ips("192.0.2.11")}, cfg: &apiHosts, want: approve},
-		{name: "an API server host reporting the load balancer's name", req: testpki.Request{DNSNames: []string{"api.example.com"}}, invSrc: lbHost, cfg: &apiHosts,
+		{name: "an API server host's own node name, which the API server presents", req: testpki.Request{DNSNames: []string{"worker-1"}, IPs: ips("192.0.2.11")}, ev: &apiHosts, want: approve},
+		{name: "an API server host reporting the load balancer's name", req: testpki.Request{DNSNames: []string{"api.example.com"}}, invSrc: lbHost, ev: &apiHosts,
 			want: policy.RuleSANDenied, wantMsg: "not worker-1's own"},
-		{name: "an API server host reporting the load balancer's address", req: testpki.Request{IPs: ips("192.0.2.50")}, invSrc: lbHost, cfg: &apiHosts,
+		{name: "an API server host reporting the load balancer's address", req: testpki.Request{IPs: ips("192.0.2.50")}, invSrc: lbHost, ev: &apiHosts,
 			want: policy.RuleSANDenied, wantMsg: "192.0.2.50 is an API server address (the load balancer) that no API server advertises as its endpoint"},
 		{name: "an API server host whose load balancer address was its own before it was labelled", req: testpki.Request{IPs: ips("192.0.2.50"), DNSNames: []string{"api.example.com"}}, invSrc: lbHost,
-			cfg: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.50")}, DNSNames: []string{"API.example.com"}}), want: approve},
+			ev: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.50")}, DNSNames: []string{"API.example.com"}}), want: approve},
 		{name: "an API server host asking for an endpoint it did not report before it was labelled", req: testpki.Request{IPs: ips("192.0.2.11")},
-			cfg: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}}), want: policy.RuleSANDenied, wantMsg: "not among the addresses recorded for worker-1 before it was labelled"},
-		{name: "an address in a Service or Pod CIDR", req: testpki.Request{IPs: ips("192.0.2.11")}, cfg: &policy.Config{NotNodeAddress: func(ip netip.Addr) string {
+			ev: withHostOwn(inventory.Entry{IPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")}}), want: policy.RuleSANDenied, wantMsg: "not among the addresses recorded for worker-1 before it was labelled"},
+		{name: "an address in a Service or Pod CIDR", req: testpki.Request{IPs: ips("192.0.2.11")}, ev: &policy.Evidence{NotNodeAddress: func(ip netip.Addr) string {
 			if ip == netip.MustParseAddr("192.0.2.11") {
 				return "inside the Pod CIDR 192.0.2.0/24 of node worker-7"
 			}
@@ -262,9 +265,9 @@ func TestEvaluate(t *testing.T) {
 		{name: "ECDSA P-224", req: testpki.Request{Key: ecKey(t, elliptic.P224()), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "curve P-224"},
 		{name: "ECDSA P-521", req: testpki.Request{Key: ecKey(t, elliptic.P521()), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "curve P-521"},
 		{name: "Ed25519", req: testpki.Request{Key: edKey(t), IPs: ips("192.0.2.11")}, want: policy.RuleKeyNotAllowed, wantMsg: "ed25519"},
-		{name: "an API server host asking for another host's endpoint", req: testpki.Request{IPs: ips("192.0.2.12")}, cfg: &apiHosts, want: policy.RuleIPSANNotInInventory},
-		{name: "an API server host asking for an endpoint another Node claims too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, cfg: &apiHosts, want: policy.RuleAddressClaimed},
-		{name: "an API server host asking for the Service IP", req: testpki.Request{Node: "evil", IPs: ips("192.0.2.1")}, cfg: &policy.Config{DenyIPs: cfg.DenyIPs, APIServerHost: func(string) bool { return true }}, want: policy.RuleSANDenied, wantMsg: "an API server address"},
+		{name: "an API server host asking for another host's endpoint", req: testpki.Request{IPs: ips("192.0.2.12")}, ev: &apiHosts, want: policy.RuleIPSANNotInInventory},
+		{name: "an API server host asking for an endpoint another Node claims too", req: testpki.Request{IPs: ips("192.0.2.11")}, invSrc: shared, ev: &apiHosts, want: policy.RuleAddressClaimed},
+		{name: "an API server host asking for the Service IP", req: testpki.Request{Node: "evil", IPs: ips("192.0.2.1")}, cfg: &policy.Config{DenyIPs: cfg.DenyIPs}, ev: &policy.Evidence{APIServerHost: func(string) bool { return true }}, want: policy.RuleSANDenied, wantMsg: "an API server address"},
 		{name: "the API server's external name (--apiserver-names), case and dot aside", req: testpki.Request{Node: "evil", DNSNames: []string{"API.example.com."}},
 			cfg: &policy.Config{DenyDNSNames: []string{"api.example.com"}}, want: policy.RuleSANDenied, wantMsg: "--apiserver-names"},
 	}
@@ -314,7 +317,12 @@ func TestEvaluate(t *testing.T) {
 			if tc.cfg != nil {
 				conf = *tc.cfg
 			}
-			d := policy.Evaluate(c, src, conf, tc.backlog)
+			var ev policy.Evidence
+			if tc.ev != nil {
+				ev = *tc.ev
+			}
+			ev.Inventory = src
+			d := policy.Evaluate(c, conf, ev, tc.backlog)
 			seen[d.Rule] = true
 			if d.Rule != tc.want || d.Approve != (tc.want == approve) {
 				t.Fatalf("decision %v/%s (%s), want %s", d.Approve, d.Rule, d.Message, tc.want)

@@ -39,13 +39,10 @@ func learned(ip netip.Addr) (netip.Prefix, bool) {
 	return p, p == netip.MustParsePrefix("10.9.9.0/24")
 }
 
-var selfCfg = policy.Config{NodeNetwork: learned}
+var selfEv = policy.Evidence{NodeNetwork: learned}
 
-func withSelf(mutate func(*policy.Config)) *policy.Config {
-	c := selfCfg
-	mutate(&c)
-	return &c
-}
+// fixed is an API server whose identity does not change.
+func fixed(a policy.APIServer) func() policy.APIServer { return func() policy.APIServer { return a } }
 
 // dnsNodes: names a node reports, for the DNS name rules (every one is
 // recorded, so that only the rule under test refuses it).
@@ -63,11 +60,11 @@ var dnsNodes = inventory.NewStatic("node objects", map[string]inventory.Entry{
 // wild: the API server's certificate carries *.api.example.com; the node
 // cp-1.api.example.com hosts an API server (its name under the wildcard,
 // as the API server presents it); w-9.api.example.com hosts none.
-var wild = policy.Config{
-	APIServer: policy.APIServer{
+var wild = policy.Evidence{
+	APIServer: fixed(policy.APIServer{
 		Names:     map[string]string{"api.example.com": "the kubeconfig's host"},
 		Wildcards: map[string]string{"api.example.com": "in the certificate the API server presents"},
-	},
+	}),
 	APIServerHost:     func(node string) bool { return node == "cp-1.api.example.com" },
 	APIServerHostRule: "label node-role.kubernetes.io/control-plane",
 }
@@ -78,7 +75,7 @@ var wildNodes = inventory.NewStatic("node objects", map[string]inventory.Entry{
 	"worker-2":             {IPs: addrs("192.0.2.12"), DNSNames: []string{"prod.api.example.com", "a.prod.api.example.com", "x.example.com"}},
 })
 
-func wildHostOwn(names ...string) *policy.Config {
+func wildHostOwn(names ...string) *policy.Evidence {
 	c := wild
 	c.HostOwn = func(node string) (inventory.Entry, bool) {
 		return inventory.Entry{IPs: addrs("192.0.2.31"), DNSNames: names}, node == "cp-1.api.example.com"
@@ -96,16 +93,16 @@ func secondRingCases() []csrCase {
 	return []csrCase{
 		// The API server's wildcard covers one label, in any case, with or
 		// without the root's dot.
-		{name: "a name under the API server's wildcard, mixed case and trailing dot", req: testpki.Request{Node: "worker-2", DNSNames: []string{"Prod.API.Example.COM."}}, invSrc: wildNodes, cfg: &wild,
+		{name: "a name under the API server's wildcard, mixed case and trailing dot", req: testpki.Request{Node: "worker-2", DNSNames: []string{"Prod.API.Example.COM."}}, invSrc: wildNodes, ev: &wild,
 			want: policy.RuleSANDenied, wantMsg: `"Prod.API.Example.COM." is an API server name under its wildcard *.api.example.com (in the certificate the API server presents); only a node that hosts an API server`},
-		{name: "two labels under the API server's wildcard are not covered", req: testpki.Request{Node: "worker-2", DNSNames: []string{"a.prod.api.example.com"}, IPs: ips("192.0.2.12")}, invSrc: wildNodes, cfg: &wild, want: approve},
-		{name: "a name beside the wildcard's domain is not covered", req: testpki.Request{Node: "worker-2", DNSNames: []string{"x.example.com"}, IPs: ips("192.0.2.12")}, invSrc: wildNodes, cfg: &wild, want: approve},
-		{name: "a node that hosts no API server, named under the wildcard, is refused its own name", req: testpki.Request{Node: "w-9.api.example.com", DNSNames: []string{"w-9.api.example.com"}}, invSrc: wildNodes, cfg: &wild,
+		{name: "two labels under the API server's wildcard are not covered", req: testpki.Request{Node: "worker-2", DNSNames: []string{"a.prod.api.example.com"}, IPs: ips("192.0.2.12")}, invSrc: wildNodes, ev: &wild, want: approve},
+		{name: "a name beside the wildcard's domain is not covered", req: testpki.Request{Node: "worker-2", DNSNames: []string{"x.example.com"}, IPs: ips("192.0.2.12")}, invSrc: wildNodes, ev: &wild, want: approve},
+		{name: "a node that hosts no API server, named under the wildcard, is refused its own name", req: testpki.Request{Node: "w-9.api.example.com", DNSNames: []string{"w-9.api.example.com"}}, invSrc: wildNodes, ev: &wild,
 			want: policy.RuleSANDenied, wantMsg: "and w-9.api.example.com does not"},
-		{name: "an API server host gets its own node name under the wildcard", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"CP-1.api.example.com."}, IPs: ips("192.0.2.31")}, invSrc: wildNodes, cfg: &wild, want: approve},
-		{name: "an API server host asking for another name under the wildcard it reports", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"lb.api.example.com"}}, invSrc: wildNodes, cfg: &wild,
+		{name: "an API server host gets its own node name under the wildcard", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"CP-1.api.example.com."}, IPs: ips("192.0.2.31")}, invSrc: wildNodes, ev: &wild, want: approve},
+		{name: "an API server host asking for another name under the wildcard it reports", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"lb.api.example.com"}}, invSrc: wildNodes, ev: &wild,
 			want: policy.RuleSANDenied, wantMsg: "under its wildcard *.api.example.com (in the certificate the API server presents) and not cp-1.api.example.com's own"},
-		{name: "an API server host with a name under the wildcard recorded before it was labelled", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"lb.api.example.com"}}, invSrc: wildNodes, cfg: wildHostOwn("LB.api.example.com"), want: approve},
+		{name: "an API server host with a name under the wildcard recorded before it was labelled", req: testpki.Request{Node: "cp-1.api.example.com", DNSNames: []string{"lb.api.example.com"}}, invSrc: wildNodes, ev: wildHostOwn("LB.api.example.com"), want: approve},
 		// --apiserver-names patterns.
 		{name: "a name under an --apiserver-names pattern, mixed case and trailing dot", req: testpki.Request{Node: "evil", DNSNames: []string{"Prod.X.Example.com."}}, cfg: deny("*.x.example.com"),
 			want: policy.RuleSANDenied, wantMsg: "an API server name (--apiserver-names *.x.example.com)"},
@@ -114,23 +111,23 @@ func secondRingCases() []csrCase {
 		{name: "an --apiserver-names pattern does not cover its own domain", req: testpki.Request{Node: "worker-2", DNSNames: []string{"x.example.com"}, IPs: ips("192.0.2.12")}, invSrc: wildNodes, cfg: deny("*.x.example.com"), want: approve},
 
 		// Addresses a node reports about itself.
-		{name: "self-reported addresses the node registered with", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11")}, invSrc: selfNodes, cfg: &selfCfg, want: approve},
-		{name: "a self-reported address outside every node network", req: testpki.Request{IPs: ips("192.0.2.11", "198.51.100.77")}, invSrc: selfNodes, cfg: &selfCfg,
+		{name: "self-reported addresses the node registered with", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv, want: approve},
+		{name: "a self-reported address outside every node network", req: testpki.Request{IPs: ips("192.0.2.11", "198.51.100.77")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv,
 			want: policy.RuleIPSANSelfReported, wantMsg: "198.51.100.77 was reported by worker-1 about itself"},
-		{name: "the refusal says which flag makes it pass", req: testpki.Request{IPs: ips("198.51.100.77")}, invSrc: selfNodes, cfg: &selfCfg,
+		{name: "the refusal says which flag makes it pass", req: testpki.Request{IPs: ips("198.51.100.77")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv,
 			want: policy.RuleIPSANSelfReported, wantMsg: "list the nodes' network in --allowed-cidrs"},
 		{name: "a self-reported address outside networks with none learned", req: testpki.Request{IPs: ips("10.9.9.9")}, invSrc: selfNodes, cfg: &policy.Config{},
 			want: policy.RuleIPSANSelfReported, wantMsg: "not in 10.9.9.0/24"},
-		{name: "a self-reported address in a network a cloud controller wrote an InternalIP in", req: testpki.Request{IPs: ips("10.9.9.9")}, invSrc: selfNodes, cfg: &selfCfg, want: approve},
+		{name: "a self-reported address in a network a cloud controller wrote an InternalIP in", req: testpki.Request{IPs: ips("10.9.9.9")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv, want: approve},
 		{name: "a self-reported address inside --allowed-cidrs", req: testpki.Request{IPs: ips("198.51.100.77")}, invSrc: selfNodes,
-			cfg: withSelf(func(c *policy.Config) { c.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")} }), want: approve},
-		{name: "an address a cloud controller wrote, outside every network", req: testpki.Request{IPs: ips("203.0.113.7")}, invSrc: selfNodes, cfg: &selfCfg, want: approve},
-		{name: "self-reported addresses at the default cap", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11", "192.0.2.21", "192.0.2.22", "203.0.113.7")}, invSrc: selfNodes, cfg: &selfCfg, want: approve},
-		{name: "self-reported addresses one over the default cap", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11", "192.0.2.21", "192.0.2.22", "192.0.2.23")}, invSrc: selfNodes, cfg: &selfCfg,
+			cfg: &policy.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}, ev: &selfEv, want: approve},
+		{name: "an address a cloud controller wrote, outside every network", req: testpki.Request{IPs: ips("203.0.113.7")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv, want: approve},
+		{name: "self-reported addresses at the default cap", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11", "192.0.2.21", "192.0.2.22", "203.0.113.7")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv, want: approve},
+		{name: "self-reported addresses one over the default cap", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11", "192.0.2.21", "192.0.2.22", "192.0.2.23")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv,
 			want: policy.RuleTooManySelfReportedIPs, wantMsg: "5 IP SANs that worker-1 reported about itself (its status addresses written by no cloud controller of --cloud-controller-managers), at most 4 (--max-self-reported-ips)"},
 		{name: "self-reported addresses one over a configured cap", req: testpki.Request{IPs: ips("192.0.2.11", "2001:db8::11")}, invSrc: selfNodes,
-			cfg: withSelf(func(c *policy.Config) { c.MaxSelfReportedIPs = 1 }), want: policy.RuleTooManySelfReportedIPs, wantMsg: "2 IP SANs"},
-		{name: "desired state is infrastructure truth: no cap, no network", req: testpki.Request{Node: "worker-3", IPs: ips("198.51.100.31", "198.51.100.32", "198.51.100.33", "198.51.100.34", "198.51.100.35", "198.51.100.36")}, invSrc: selfNodes, cfg: &selfCfg, want: approve},
+			cfg: &policy.Config{MaxSelfReportedIPs: 1}, ev: &selfEv, want: policy.RuleTooManySelfReportedIPs, wantMsg: "2 IP SANs"},
+		{name: "desired state is infrastructure truth: no cap, no network", req: testpki.Request{Node: "worker-3", IPs: ips("198.51.100.31", "198.51.100.32", "198.51.100.33", "198.51.100.34", "198.51.100.35", "198.51.100.36")}, invSrc: selfNodes, cfg: &policy.Config{}, ev: &selfEv, want: approve},
 
 		// DNS names that are no host's, or a Service's or a Pod's.
 		{name: "an underscore", req: testpki.Request{DNSNames: []string{"my_host.example.com"}}, invSrc: dnsNodes, want: policy.RuleDNSSANNotHostname, wantMsg: `"my_host.example.com" of worker-1 is not a host name: an underscore`},

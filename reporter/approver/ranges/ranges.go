@@ -1,7 +1,7 @@
 // Package ranges knows the cluster's address ranges that are no node's own:
 // the Service CIDRs (ServiceCIDR objects, or given) and every Node's Pod
 // CIDRs. A serving certificate for an address in them would let a node pose
-// as a Service or a pod (policy.Config.NotNodeAddress).
+// as a Service or a pod (policy.Evidence.NotNodeAddress).
 package ranges
 
 import (
