@@ -40,7 +40,7 @@ type approverFlags struct {
 	allowed, denied, apiIPs               []string
 	apiNames, dnsSuffixes                 []string
 	condType                              string
-	capiSelector, startupTaint, softTaint string
+	capiSelector, readinessTaint, softTaint string
 	kubeletCA, addrTypes                  string
 	metricsCert                           metricscert.Keeper
 	serving                               servingFlags
@@ -76,7 +76,7 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
 	fs.DurationVar(&f.o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
 	fs.DurationVar(&f.o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
-	fs.StringVar(&f.startupTaint, "remove-startup-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
+	fs.StringVar(&f.readinessTaint, "lift-readiness-taint", "", "Taint fallback (off when empty): remove this taint, key=value:effect, once the node's condition is False and fresh, e.g. readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule. A taint with that key but another value or effect is left alone.")
 	fs.StringVar(&f.softTaint, "soft-taint", "", "Taint fallback: keep this PreferNoSchedule taint (key=value:PreferNoSchedule) on every node whose condition is not False and fresh, so that the approver (which does not tolerate it) and other pods prefer nodes that proved their serving certificate. Off when empty.")
 	fs.DurationVar(&f.o.MaxConditionAge, "condition-max-age", condition.DefaultMaxAge, "Taint fallback: a False condition whose lastHeartbeatTime is older than this does not lift the taint (twice the agent's --heartbeat).")
 	fs.StringVar(&f.kubeletCA, "kubelet-ca-file", serviceAccountCA, "Taint fallback: PEM bundle of the CA that signs kubelet serving certificates (the API server's --kubelet-certificate-authority). Before lifting a taint the approver dials the node's kubelet and verifies what it serves against it.")
@@ -99,12 +99,12 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 // options parses and validates the flags into the approver's Options.
 func (f *approverFlags) options() (approver.Options, error) {
 	var err error
-	if f.startupTaint != "" {
-		if f.o.RemoveStartupTaint, err = taint.ParseTaint(f.startupTaint); err != nil {
-			return approver.Options{}, fmt.Errorf("--remove-startup-taint: %w", err)
+	if f.readinessTaint != "" {
+		if f.o.LiftReadinessTaint, err = taint.ParseTaint(f.readinessTaint); err != nil {
+			return approver.Options{}, fmt.Errorf("--lift-readiness-taint: %w", err)
 		}
 	}
-	if f.o.RemoveStartupTaint.Key != "" {
+	if f.o.LiftReadinessTaint.Key != "" {
 		if f.prover.Roots, err = certfile.LoadCA(f.kubeletCA); err != nil {
 			return approver.Options{}, fmt.Errorf("--kubelet-ca-file (the taint fallback proves each node's serving certificate before lifting its taint): %w", err)
 		}

@@ -393,7 +393,7 @@ func approverOptions(ctx context.Context, client kubernetes.Interface, ref, inve
 	if err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		return approver.Options{}, fmt.Errorf("the approver's flags (%s): %w", ref, err)
 	}
-	f.startupTaint, f.softTaint, f.kubeletCA = "", "", ""
+	f.readinessTaint, f.softTaint, f.kubeletCA = "", "", ""
 	switch spec := f.o.InventorySpec; {
 	case inventory != "":
 		f.o.InventorySpec = inventory

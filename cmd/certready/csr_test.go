@@ -36,7 +36,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	dep.Spec.Template.Spec.Containers = []corev1.Container{
 		{Name: "sidecar", Args: []string{"serve"}},
 		{Name: "approver", Args: []string{"approver", "--metrics-addr=[$(POD_IP)]:9731", "--max-sans=7", "-v=9", "--vmodule=policy=9",
-			"--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", "--kubelet-ca-file=/in/the/pod/ca.crt"},
+			"--lift-readiness-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule", "--kubelet-ca-file=/in/the/pod/ca.crt"},
 			Env: []corev1.EnvVar{
 				{Name: "CERTREADY_DENY_CIDRS", Value: "10.96.0.0/12"},
 				{Name: "CERTREADY_INVENTORY", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -60,8 +60,8 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	if o.InventorySpec != "node" {
 		t.Errorf("inventory %q: a variable from a fieldRef is no literal and must not be read", o.InventorySpec)
 	}
-	if o.RemoveStartupTaint.Key != "" || o.Prover != nil {
-		t.Errorf("the taint fallback was configured: %+v", o.RemoveStartupTaint)
+	if o.LiftReadinessTaint.Key != "" || o.Prover != nil {
+		t.Errorf("the taint fallback was configured: %+v", o.LiftReadinessTaint)
 	}
 
 	defaults, err := approverOptions(context.Background(), client, "", "")
@@ -103,7 +103,7 @@ func TestExplainNeverOpensFilesTheDeploymentNames(t *testing.T) {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "certready-system", Name: "certready-approver"}}
 	dep.Spec.Template.Spec.Containers = []corev1.Container{{Name: "approver", Args: []string{"approver",
 		"--inventory=file:" + secret, "--kubeconfig=" + secret, "--kubelet-ca-file=" + secret,
-		"--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule",
+		"--lift-readiness-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule",
 		"--ledger=file:" + filepath.Join(ledgerDir, "ledger.jsonl")}}}
 	client := fake.NewClientset(dep)
 

@@ -54,7 +54,7 @@ var commandLineOnly = map[string]string{
 	"max-request-bytes":               "widens what a request may ask for",
 	"max-pending":                     "loosens the flood guard",
 	"max-expiration":                  "widens what a request may ask for",
-	"remove-startup-taint":            "chooses which taint the approver lifts",
+	"lift-readiness-taint":            "chooses which taint the approver lifts",
 	"soft-taint":                      "chooses which taint the approver writes",
 	"condition-max-age":               "loosens when a condition counts as fresh",
 	"condition-type":                  "chooses which condition proves a node ready",

@@ -457,7 +457,7 @@ func TestChartHonoursEveryValue(t *testing.T) {
 		{"taint.mode=nrc: one rule (no placement rule), live, its selector and condition", len(kinds["NodeReadinessRule"]) == 1 &&
 			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"dryRun":false`) && strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"pool":"linux-workers"`) &&
 			strings.Contains(mustJSON(kinds["NodeReadinessRule"][0]), `"type":"ServingCertNotProven"`)},
-		{"taint.mode=nrc: no taint fallback and its RBAC", !slices.ContainsFunc(p.Containers[0].Args, func(s string) bool { return strings.HasPrefix(s, "--remove-startup-taint") }) &&
+		{"taint.mode=nrc: no taint fallback and its RBAC", !slices.ContainsFunc(p.Containers[0].Args, func(s string) bool { return strings.HasPrefix(s, "--lift-readiness-taint") }) &&
 			!slices.ContainsFunc(find[*rbacv1.ClusterRole](objs), func(r *rbacv1.ClusterRole) bool { return strings.HasSuffix(r.Name, "taint-fallback") })},
 		{"monitoring labels on ServiceMonitor, PrometheusRule and dashboard", allLabelled(kinds["ServiceMonitor"], kinds["PrometheusRule"], kinds["ConfigMap"])},
 		{"ServiceMonitor interval, in the release's namespace, no namespace pinned", strings.Contains(mustJSON(kinds["ServiceMonitor"][0]), `"interval":"1m"`) &&

@@ -207,12 +207,12 @@ func TestAgentDaemonSet(t *testing.T) {
 
 func TestStandaloneTurnsOnTheTaintFallback(t *testing.T) {
 	dep := find[*appsv1.Deployment](decodeAll(t, build(t, "overlays/standalone")))[0]
-	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--remove-startup-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule") {
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--lift-readiness-taint=readiness.k8s.io/KubeletServingCertNotReady=pending:NoSchedule") {
 		t.Errorf("args %v", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	base := find[*appsv1.Deployment](decodeAll(t, build(t, "base")))[0]
 	for _, a := range base.Spec.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--remove-startup-taint") {
+		if strings.HasPrefix(a, "--lift-readiness-taint") {
 			t.Error("the base turns the taint fallback on")
 		}
 	}

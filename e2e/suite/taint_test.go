@@ -56,7 +56,7 @@ func waitApproverArgs(t *testing.T, ctx context.Context, fallback bool) {
 			return false, nil
 		}
 		for _, p := range pods.Items {
-			has := strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--remove-startup-taint")
+			has := strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--lift-readiness-taint")
 			ready := len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready
 			if has != fallback || !ready || p.DeletionTimestamp != nil {
 				return false, nil

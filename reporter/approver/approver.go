@@ -67,9 +67,9 @@ type Options struct {
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
 
-	// RemoveStartupTaint turns on the taint fallback for this taint (off
+	// LiftReadinessTaint turns on the taint fallback for this taint (off
 	// when its key is empty).
-	RemoveStartupTaint corev1.Taint
+	LiftReadinessTaint corev1.Taint
 	// Prover, when set, looks at each node's kubelet before the fallback
 	// lifts its taint (its Issued is set here).
 	Prover *taint.Prover
@@ -151,16 +151,16 @@ func (o Options) Validate() error {
 	switch {
 	case o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod):
 		return errors.New("leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period")
-	case o.SoftTaint.Key != "" && o.RemoveStartupTaint.Key == "":
-		return errors.New("--soft-taint needs the taint fallback (--remove-startup-taint)")
+	case o.SoftTaint.Key != "" && o.LiftReadinessTaint.Key == "":
+		return errors.New("--soft-taint needs the taint fallback (--lift-readiness-taint)")
 	case !o.ClusterAPI && selects:
 		return errors.New("--capi-cluster-selector needs --cluster-api (it selects Cluster API workload clusters)")
 	case o.ClusterAPI && o.InventorySpec != "node" && o.InventorySpec != "":
 		return fmt.Errorf("--inventory=%s does nothing with --cluster-api: each workload cluster's CSRs are checked against its Machines; drop --inventory", o.InventorySpec)
 	case o.ClusterAPI && o.SharedAddressesOK:
 		return errors.New("--allow-shared-addresses does nothing with --cluster-api: each address is checked against the Machines the infrastructure provider wrote, and one that two Machines claim is always refused (AddressClaimedByOtherNode); drop the flag")
-	case o.ClusterAPI && o.RemoveStartupTaint.Key != "":
-		return errors.New("--cluster-api serves workload clusters from their management cluster: the taint fallback (--remove-startup-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
+	case o.ClusterAPI && o.LiftReadinessTaint.Key != "":
+		return errors.New("--cluster-api serves workload clusters from their management cluster: the taint fallback (--lift-readiness-taint) acts on this cluster's Nodes; lift the taint in the workload clusters with a NodeReadinessRule")
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		return err
 	}
 	// Every readiness taint removal is evidence, whoever makes it.
-	readinessTaint := o.RemoveStartupTaint
+	readinessTaint := o.LiftReadinessTaint
 	if readinessTaint.Key == "" {
 		readinessTaint = corev1.Taint{Key: names.TaintKey, Value: names.TaintValue, Effect: corev1.TaintEffectNoSchedule}
 	}
@@ -248,7 +248,7 @@ func Run(ctx context.Context, client kubernetes.Interface, reg prometheus.Regist
 		}
 		ready.Set(true, "")
 		api := ev.Identity.Current()
-		klog.FromContext(ctx).Info("Approver caches synced", "inventory", o.Controller.Evidence.Inventory.Describe(), "apiserverAddresses", ev.Identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.RemoveStartupTaint.ToString())
+		klog.FromContext(ctx).Info("Approver caches synced", "inventory", o.Controller.Evidence.Inventory.Describe(), "apiserverAddresses", ev.Identity.Addresses(), "apiserverNames", len(api.Names), "leaderElect", o.LeaderElect, "taintFallback", o.LiftReadinessTaint.ToString())
 		close(synced)
 	}()
 	return elect(ctx, client, o, func(lctx context.Context) {
@@ -455,10 +455,10 @@ func reevaluateOnNodeChanges(nodes cache.SharedIndexInformer, ctrl *controller.C
 
 // newLifter builds the taint fallback, or nil when it is off.
 func newLifter(client kubernetes.Interface, c *caches, o Options, recorder record.EventRecorder) (*taint.Lifter, error) {
-	if o.RemoveStartupTaint.Key == "" {
+	if o.LiftReadinessTaint.Key == "" {
 		return nil, nil
 	}
-	tc := taint.Config{Taint: o.RemoveStartupTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge, Events: recorder}
+	tc := taint.Config{Taint: o.LiftReadinessTaint, SoftTaint: o.SoftTaint, ConditionType: o.ConditionType, MaxConditionAge: o.MaxConditionAge, Events: recorder}
 	if o.Prover != nil {
 		p := *o.Prover
 		p.Issued = c.issued.Of

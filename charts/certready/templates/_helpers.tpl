@@ -140,8 +140,8 @@ ConfigMap elsewhere is refused.
 {{- end -}}
 {{- end -}}
 
-{{/* The readiness taint, as --remove-startup-taint and NodeReadinessRules spell it. */}}
-{{- define "certready.startupTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
+{{/* The readiness taint, as --lift-readiness-taint and NodeReadinessRules spell it. */}}
+{{- define "certready.readinessTaintKey" -}}readiness.k8s.io/KubeletServingCertNotReady{{- end -}}
 {{- define "certready.softTaintKey" -}}readiness.k8s.io/KubeletServingCertUnproven{{- end -}}
 
 {{/* The metrics endpoints' certificate: metrics.certSecret when given

@@ -113,7 +113,7 @@ func newBench(ctx context.Context, c *localcluster.Cluster, bins localcluster.Bi
 		return nil, err
 	}
 	b.approverArgs = []string{bins.Certready, "approver", "--kubeconfig=" + approverKC,
-		"--leader-elect-namespace=" + approverNS, "--remove-startup-taint=" + taintKey + "=pending:NoSchedule", "--kubelet-ca-file=" + ca,
+		"--leader-elect-namespace=" + approverNS, "--lift-readiness-taint=" + taintKey + "=pending:NoSchedule", "--kubelet-ca-file=" + ca,
 		"--metrics-addr=127.0.0.1:9731", "--health-addr=127.0.0.1:9732", "--profiling", "--metrics-secure=false"}
 	if err := b.startApprover(ctx); err != nil {
 		return nil, err

@@ -240,7 +240,7 @@ func (r *Lifter) sync(ctx context.Context, name string) error {
 			// new version and the retry re-evaluates it.
 			return fmt.Errorf("patching node %s: %w", name, err)
 		}
-		klog.FromContext(ctx).Info("Updated the node's taints", "node", name, "startupTaint", r.cfg.Taint.ToString(), "softTaint", r.cfg.SoftTaint.ToString(), "proven", proof == nil)
+		klog.FromContext(ctx).Info("Updated the node's taints", "node", name, "readinessTaint", r.cfg.Taint.ToString(), "softTaint", r.cfg.SoftTaint.ToString(), "proven", proof == nil)
 	}
 	if proof != nil {
 		return fmt.Errorf("node %s: the condition is False but its serving certificate is not proven: %w", name, proof)
