@@ -170,21 +170,21 @@ func oneHot[T ~string](vec *prometheus.GaugeVec, all []T, current T) {
 	}
 }
 
-func (m *metrics) observe(c verdict.Check, d time.Duration) {
+func (m *metrics) observe(c verdict.Step, d time.Duration) {
 	m.checkDuration.WithLabelValues(string(c)).Observe(d.Seconds())
 }
 
 func (m *metrics) evaluated(v verdict.Verdict) {
-	ran := map[verdict.Check]bool{}
+	ran := map[verdict.Step]bool{}
 	for _, r := range v.Results {
-		ran[r.Check] = true
+		ran[r.Step] = true
 		if r.Passed {
-			m.checkPassed.WithLabelValues(string(r.Check)).Set(1)
+			m.checkPassed.WithLabelValues(string(r.Step)).Set(1)
 		} else {
-			m.checkPassed.WithLabelValues(string(r.Check)).Set(0)
+			m.checkPassed.WithLabelValues(string(r.Step)).Set(0)
 		}
 	}
-	for _, c := range verdict.Checks {
+	for _, c := range verdict.Steps {
 		if !ran[c] {
 			m.checkPassed.DeleteLabelValues(string(c))
 		}

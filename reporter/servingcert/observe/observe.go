@@ -54,7 +54,7 @@ type Check struct {
 	// Stage and Done, when set, hear each step start and end (the agent's
 	// watchdog and its per-step duration histogram).
 	Stage func(string)
-	Done  func(verdict.Check, time.Duration)
+	Done  func(verdict.Step, time.Duration)
 	// APIPath, when set, proves the API server's path to the kubelet
 	// (package apipath) for the installed certificate, once every
 	// node-local check passed.
@@ -78,7 +78,7 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 			c.Stage(s)
 		}
 	}
-	done := func(step verdict.Check, start time.Time) {
+	done := func(step verdict.Step, start time.Time) {
 		if c.Done != nil {
 			c.Done(step, time.Since(start))
 		}
@@ -92,7 +92,7 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 	stage("reading the installed certificate")
 	start := time.Now()
 	in.File = certfile.Read(c.PKIDir)
-	done(verdict.CheckFile, start)
+	done(verdict.StepFile, start)
 	// The client certificate is stated, never judged: a kubelet whose
 	// client certificate is static (no rotation) has no such file.
 	if cl := certfile.ReadFile(certfile.ClientPath(c.PKIDir)); cl.State == certfile.Present {
@@ -111,21 +111,21 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		ev := &verdict.CSREvidence{Retention: c.CSRRetention, Remembered: remembered}
 		ev.Match, ev.LookupErr = c.CSRs.Evidence(ctx, in.Now, in.File.Fingerprint, remembered != nil)
 		in.CSR = ev
-		done(verdict.CheckCSR, start)
+		done(verdict.StepCSR, start)
 	}
 
 	if verdict.NeedsEndpoint(in) {
 		stage("probing the kubelet port")
 		start = time.Now()
 		res := probe.Probe(ctx, EndpointTarget(in, KubeletPort(c.KubeletPort, node), c.ProbeTimeout))
-		done(verdict.CheckEndpoint, start)
+		done(verdict.StepEndpoint, start)
 		in.Endpoint = &res
 	}
 	if c.APIPath != nil && verdict.NeedsAPIPath(in) {
 		stage("asking the API server for this pod's log (its path to the kubelet)")
 		start = time.Now()
 		res := c.APIPath(ctx, in.File.Fingerprint)
-		done(verdict.CheckAPIServerPath, start)
+		done(verdict.StepAPIServerPath, start)
 		in.APIPath = &res
 	}
 	if c.Unverified != nil && !verdict.NeedsAPIPath(in) {
@@ -136,7 +136,7 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 			stage("probing the kubelet port")
 			start = time.Now()
 			res := probe.Probe(ctx, EndpointTarget(in, KubeletPort(c.KubeletPort, node), c.ProbeTimeout))
-			done(verdict.CheckEndpoint, start)
+			done(verdict.StepEndpoint, start)
 			in.Endpoint = &res
 		}
 		if verdict.Unverifiable(in) {

@@ -28,21 +28,21 @@ import (
 	"github.com/certready/certready/reporter/servingcert/probe"
 )
 
-// Check names one step of the verification.
-type Check string
+// Step names one step of the verification (the metrics label it "check").
+type Step string
 
 const (
-	CheckFile        Check = "file"
-	CheckCertificate Check = "certificate"
-	CheckCSR         Check = "csr"
-	CheckEndpoint    Check = "endpoint"
-	// CheckAPIServerPath: the API server's own connection to the kubelet
+	StepFile        Step = "file"
+	StepCertificate Step = "certificate"
+	StepCSR         Step = "csr"
+	StepEndpoint    Step = "endpoint"
+	// StepAPIServerPath: the API server's own connection to the kubelet
 	// (package apipath), the path of kubectl logs.
-	CheckAPIServerPath Check = "apiserver-path"
+	StepAPIServerPath Step = "apiserver-path"
 )
 
-// Checks lists the checks in the order they run.
-var Checks = []Check{CheckFile, CheckCertificate, CheckCSR, CheckEndpoint, CheckAPIServerPath}
+// Steps lists the steps in the order they run.
+var Steps = []Step{StepFile, StepCertificate, StepCSR, StepEndpoint, StepAPIServerPath}
 
 // Input is everything the verdict is computed from.
 type Input struct {
@@ -144,9 +144,9 @@ type CSREvidence struct {
 	Retention time.Duration
 }
 
-// Result is one check's outcome, for metrics.
+// Result is one step's outcome, for metrics.
 type Result struct {
-	Check  Check
+	Step   Step
 	Passed bool
 }
 
@@ -286,10 +286,10 @@ type evaluation struct {
 	ca       *x509.Certificate // the root the certificate chains to
 }
 
-func (e *evaluation) pass(c Check) { e.results = append(e.results, Result{Check: c, Passed: true}) }
+func (e *evaluation) pass(c Step) { e.results = append(e.results, Result{Step: c, Passed: true}) }
 
-func (e *evaluation) fail(c Check, status corev1.ConditionStatus, r Reason, format string, args ...any) (Verdict, bool) {
-	e.results = append(e.results, Result{Check: c, Passed: false})
+func (e *evaluation) fail(c Step, status corev1.ConditionStatus, r Reason, format string, args ...any) (Verdict, bool) {
+	e.results = append(e.results, Result{Step: c, Passed: false})
 	return Verdict{Status: status, Reason: r, Message: fmt.Sprintf(format, args...), Results: e.results}, true
 }
 
@@ -297,22 +297,22 @@ func (e *evaluation) file() (Verdict, bool) {
 	f := e.in.File
 	switch f.State {
 	case certfile.Present:
-		e.pass(CheckFile)
+		e.pass(StepFile)
 		return Verdict{}, false
 	case certfile.Missing:
 		// With no certificate installed, the node's newest CSR is the cause
 		// an operator needs to see (typically: pending approval).
 		if ev := e.in.CSR; ev != nil && ev.LookupErr == nil {
 			if r, ok := csrReasons[ev.Match.State]; ok {
-				return e.fail(CheckFile, corev1.ConditionTrue, r, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
+				return e.fail(StepFile, corev1.ConditionTrue, r, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
 			}
-			return e.fail(CheckFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
+			return e.fail(StepFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s); %s", f.Detail, ev.Match.Describe())
 		}
-		return e.fail(CheckFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s)", f.Detail)
+		return e.fail(StepFile, corev1.ConditionTrue, CertificateMissing, "no serving certificate installed (%s)", f.Detail)
 	case certfile.Malformed:
-		return e.fail(CheckFile, corev1.ConditionTrue, CertificateMalformed, "installed serving certificate is malformed: %s", f.Detail)
+		return e.fail(StepFile, corev1.ConditionTrue, CertificateMalformed, "installed serving certificate is malformed: %s", f.Detail)
 	default:
-		return e.fail(CheckFile, corev1.ConditionTrue, CertificateUnreadable, "installed serving certificate cannot be read: %s", f.Detail)
+		return e.fail(StepFile, corev1.ConditionTrue, CertificateUnreadable, "installed serving certificate cannot be read: %s", f.Detail)
 	}
 }
 
@@ -320,7 +320,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 	in, leaf := e.in, e.in.File.Leaf
 	fp := e.in.File.Fingerprint.Short()
 	if in.CAErr != nil || in.CA == nil {
-		return e.fail(CheckCertificate, corev1.ConditionUnknown, CAUnavailable, "cannot verify certificate %s: %v", fp, orMissing(in.CAErr))
+		return e.fail(StepCertificate, corev1.ConditionUnknown, CAUnavailable, "cannot verify certificate %s: %v", fp, orMissing(in.CAErr))
 	}
 	now := in.ValidityTime()
 	if c := in.Clock; c.Known && c.Max > 0 && (c.Skew > c.Max || c.Skew < -c.Max) {
@@ -328,35 +328,35 @@ func (e *evaluation) certificate() (Verdict, bool) {
 		if by < 0 {
 			dir, by = "behind", -by
 		}
-		return e.fail(CheckCertificate, corev1.ConditionTrue, ClockSkew,
+		return e.fail(StepCertificate, corev1.ConditionTrue, ClockSkew,
 			"node clock is %s %s the API server's (the Date of its responses; at most %s tolerated): the kubelet rotates its certificate by that clock; certificate %s is valid until %s by the API server's clock; fix the node's time sync",
 			by.Round(time.Second), dir, c.Max, fp, stamp.Format(leaf.NotAfter))
 	}
 	wantCN := names.NodeUser(in.Node.Name)
 	if leaf.Subject.CommonName != wantCN || !slices.Equal(leaf.Subject.Organization, []string{names.NodesGroup}) {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid,
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateInvalid,
 			"certificate %s has subject CN=%q O=%q, want CN=%q O=[\"system:nodes\"]", fp, leaf.Subject.CommonName, leaf.Subject.Organization, wantCN)
 	}
 	if now.Before(leaf.NotBefore) {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateNotYetValid,
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateNotYetValid,
 			"certificate %s is not valid before %s (clock skew?)", fp, stamp.Format(leaf.NotBefore))
 	}
 	if !now.Before(leaf.NotAfter) {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateExpired,
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateExpired,
 			"certificate %s expired at %s and was not renewed", fp, stamp.Format(leaf.NotAfter))
 	}
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateInvalid, "certificate %s lacks the server auth extended key usage", fp)
 	}
 	ca, err := certfile.Verify(leaf, in.File.Intermediates, in.CA, "", now)
 	if err != nil {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateUntrusted, "certificate %s does not chain to the kubelet serving CA: %v", fp, err)
 	}
 	e.ca = ca
 	if msg := coverage(leaf, in.Node); msg != "" {
-		return e.fail(CheckCertificate, corev1.ConditionTrue, CertificateIdentityMismatch, "certificate %s %s", fp, msg)
+		return e.fail(StepCertificate, corev1.ConditionTrue, CertificateIdentityMismatch, "certificate %s %s", fp, msg)
 	}
-	e.pass(CheckCertificate)
+	e.pass(StepCertificate)
 	return Verdict{}, false
 }
 
@@ -420,10 +420,10 @@ func (e *evaluation) csr() (Verdict, bool) {
 			e.proof = "CSR not checked (no API credentials)"
 			return Verdict{}, false
 		}
-		return e.fail(CheckCSR, corev1.ConditionUnknown, NotChecked, "the CSR check has not run yet")
+		return e.fail(StepCSR, corev1.ConditionUnknown, NotChecked, "the CSR check has not run yet")
 	}
 	if ev.LookupErr != nil {
-		return e.fail(CheckCSR, corev1.ConditionUnknown, CSRLookupFailed, "cannot list kubelet-serving CSRs: %v", ev.LookupErr)
+		return e.fail(StepCSR, corev1.ConditionUnknown, CSRLookupFailed, "cannot list kubelet-serving CSRs: %v", ev.LookupErr)
 	}
 	leaf := in.File.Leaf
 	switch {
@@ -439,9 +439,9 @@ func (e *evaluation) csr() (Verdict, bool) {
 		if !ok {
 			r = CSRNotFound
 		}
-		return e.fail(CheckCSR, corev1.ConditionTrue, r, "certificate %s is not explained by an approved CSR: %s", in.File.Fingerprint.Short(), ev.Match.Describe())
+		return e.fail(StepCSR, corev1.ConditionTrue, r, "certificate %s is not explained by an approved CSR: %s", in.File.Fingerprint.Short(), ev.Match.Describe())
 	}
-	e.pass(CheckCSR)
+	e.pass(StepCSR)
 	return Verdict{}, false
 }
 
@@ -456,7 +456,7 @@ func (e *evaluation) endpoint() Verdict {
 	in := e.in
 	ep := in.Endpoint
 	if ep == nil {
-		v, _ := e.fail(CheckEndpoint, corev1.ConditionUnknown, NotChecked, "the kubelet endpoint has not been probed yet")
+		v, _ := e.fail(StepEndpoint, corev1.ConditionUnknown, NotChecked, "the kubelet endpoint has not been probed yet")
 		return v
 	}
 	var r Reason
@@ -472,7 +472,7 @@ func (e *evaluation) endpoint() Verdict {
 	case probe.Presented:
 		switch {
 		case ep.Fingerprint == in.File.Fingerprint:
-			e.pass(CheckEndpoint)
+			e.pass(StepEndpoint)
 			if v, failed := e.apiPath(); failed {
 				return v
 			}
@@ -489,11 +489,11 @@ func (e *evaluation) endpoint() Verdict {
 				CA:      e.ca,
 			}
 		case ep.VerifyErr != nil:
-			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateUntrusted,
+			v, _ := e.fail(StepEndpoint, corev1.ConditionTrue, EndpointCertificateUntrusted,
 				"%s presents %s, not the installed %s, and it does not verify: %v", ep.Addr, ep.Fingerprint.Short(), in.File.Fingerprint.Short(), ep.VerifyErr)
 			return v
 		default:
-			v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, EndpointCertificateMismatch,
+			v, _ := e.fail(StepEndpoint, corev1.ConditionTrue, EndpointCertificateMismatch,
 				"%s presents %s (valid until %s), not the installed %s: the kubelet serves a stale certificate",
 				ep.Addr, ep.Fingerprint.Short(), stamp.Format(ep.Leaf.NotAfter), in.File.Fingerprint.Short())
 			return v
@@ -501,7 +501,7 @@ func (e *evaluation) endpoint() Verdict {
 	default:
 		r = EndpointHandshakeFailed
 	}
-	v, _ := e.fail(CheckEndpoint, corev1.ConditionTrue, r, "%s", ep.Describe())
+	v, _ := e.fail(StepEndpoint, corev1.ConditionTrue, r, "%s", ep.Describe())
 	return v
 }
 
@@ -513,19 +513,19 @@ func (e *evaluation) apiPath() (Verdict, bool) {
 	p := e.in.APIPath
 	switch {
 	case p == nil:
-		return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, NotChecked, "the API server's connection to the kubelet (the path of kubectl logs) has not been proven yet")
+		return e.fail(StepAPIServerPath, corev1.ConditionUnknown, NotChecked, "the API server's connection to the kubelet (the path of kubectl logs) has not been proven yet")
 	case p.Outcome == apipath.Proven:
-		e.pass(CheckAPIServerPath)
+		e.pass(StepAPIServerPath)
 		e.proof += "; the API server reached the kubelet (kubectl logs)"
 		return Verdict{}, false
 	case p.Outcome == apipath.CannotVerify:
-		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotVerifyKubelet,
+		return e.fail(StepAPIServerPath, corev1.ConditionTrue, APIServerCannotVerifyKubelet,
 			"the node serves its certificate, but the API server's own TLS connection to the kubelet fails, so kubectl logs and exec fail: %s (check the API server's --kubelet-certificate-authority and that the certificate covers the address its --kubelet-preferred-address-types picks)", p.Detail)
 	case p.Outcome == apipath.CannotReach:
-		return e.fail(CheckAPIServerPath, corev1.ConditionTrue, APIServerCannotReachKubelet,
+		return e.fail(StepAPIServerPath, corev1.ConditionTrue, APIServerCannotReachKubelet,
 			"the node serves its certificate, but the API server cannot reach the kubelet, so kubectl logs and exec fail: %s (check the network and firewalls from the control plane to the node's kubelet port)", p.Detail)
 	}
-	return e.fail(CheckAPIServerPath, corev1.ConditionUnknown, APIServerProofUnavailable,
+	return e.fail(StepAPIServerPath, corev1.ConditionUnknown, APIServerProofUnavailable,
 		"the API server's connection to the kubelet could not be proven: %s", p.Detail)
 }
 

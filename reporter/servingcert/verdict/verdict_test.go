@@ -439,10 +439,10 @@ func TestEvaluate(t *testing.T) {
 			}
 			last := v.Results[len(v.Results)-1]
 			if last.Passed != v.Ready() {
-				t.Errorf("last check %s passed=%v for a verdict ready=%v", last.Check, last.Passed, v.Ready())
+				t.Errorf("last check %s passed=%v for a verdict ready=%v", last.Step, last.Passed, v.Ready())
 			}
-			if v.Ready() && len(v.Results) != len(verdict.Checks) && !in.SkipCSR && in.RequireAPIPath {
-				t.Errorf("ready after %d checks, want all %d", len(v.Results), len(verdict.Checks))
+			if v.Ready() && len(v.Results) != len(verdict.Steps) && !in.SkipCSR && in.RequireAPIPath {
+				t.Errorf("ready after %d checks, want all %d", len(v.Results), len(verdict.Steps))
 			}
 		})
 	}
