@@ -36,17 +36,17 @@ import (
 // approverFlags are the approver's command line: the options it sets
 // directly and the values that need parsing first.
 type approverFlags struct {
-	o                                     approver.Options
-	allowed, denied, apiIPs               []string
-	apiNames, dnsSuffixes                 []string
-	condType                              string
+	o                                       approver.Options
+	allowed, denied, apiIPs                 []string
+	apiNames, dnsSuffixes                   []string
+	condType                                string
 	capiSelector, readinessTaint, softTaint string
-	kubeletCA, addrTypes                  string
-	metricsCert                           metricscert.Keeper
-	serving                               servingFlags
-	prover                                taint.Prover
-	ledger                                ledgerFlags
-	kf                                    kubeFlags
+	kubeletCA, addrTypes                    string
+	metricsCert                             metricscert.Keeper
+	serving                                 servingFlags
+	prover                                  taint.Prover
+	ledger                                  ledgerFlags
+	kf                                      kubeFlags
 }
 
 func (f *approverFlags) add(fs *pflag.FlagSet) {

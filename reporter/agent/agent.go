@@ -84,6 +84,9 @@ type Config struct {
 	// Ledger receives a record of every change of the condition and every
 	// rotation (nil: none). Run writes it.
 	Ledger *ledger.Ledger
+	// Settled runs once, after the first check completed (nil: nothing):
+	// the process returns its start-up garbage to the OS there.
+	Settled func()
 	// Version is this agent's, stated in the Ready condition's facts.
 	Version string
 	// ExpiryWarning and ExpiryCritical are how long before the kubelet's
@@ -209,6 +212,7 @@ type Agent struct {
 	metrics *metrics
 	ready   *httpserve.Readiness
 	now     func() time.Time
+	settled sync.Once
 
 	queue    *workloop.Loop[string]
 	nodes    corelisters.NodeLister
@@ -566,6 +570,9 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 	}
 	if a.ready != nil && !a.ready.Ready() {
 		a.ready.Set(true, "")
+	}
+	if a.cfg.Settled != nil {
+		a.settled.Do(a.cfg.Settled)
 	}
 	a.checkDone()
 	return next, nil

@@ -509,6 +509,46 @@ func TestNoFalseBeforeACompleteCheck(t *testing.T) {
 	}
 }
 
+// TestSettledRunsOnceAfterTheFirstCheck: the process's start-up hook (it
+// returns garbage to the OS) runs when the first check completed, never
+// before the readiness it waits for, and not again on later checks.
+func TestSettledRunsOnceAfterTheFirstCheck(t *testing.T) {
+	h := newHarness(t, labelledCSR("csr-1", time.Now()))
+	h.healthy("csr-1")
+	var calls atomic.Int32
+	var readyAtFirstCall atomic.Bool
+	h.run(agent.Config{Settled: func() {
+		if calls.Add(1) == 1 {
+			readyAtFirstCall.Store(h.ready.Ready())
+		}
+	}})
+	h.waitFor(verdict.Ready)
+	// More checks: a Node update queues one each.
+	for i := range 3 {
+		n := h.node()
+		n.Labels = map[string]string{"round": strconv.Itoa(i)}
+		if _, err := h.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checks := func() uint64 {
+		s := testmetrics.Series(t, h.reg, "certready_check_duration_seconds", map[string]string{"check": "file"})
+		if len(s) == 0 {
+			return 0
+		}
+		return s[0].GetHistogram().GetSampleCount()
+	}
+	if !testwait.Until(10*time.Second, func() bool { return checks() >= 4 }) {
+		t.Fatalf("the Node updates were not checked: %d checks", checks())
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("Settled ran %d times, want once", got)
+	}
+	if !readyAtFirstCall.Load() {
+		t.Error("Settled ran before the first check completed (readiness not set)")
+	}
+}
+
 // Shutting down cuts a probe short; what it then says (unreachable) is
 // about the agent, not the kubelet, and must not be published.
 func TestShutdownPublishesNothing(t *testing.T) {
