@@ -99,7 +99,7 @@ func WaitUntainted(ctx context.Context, c provider.Cluster, timeout time.Duratio
 			if err != nil {
 				return false, nil
 			}
-			if HasStartupTaint(n) {
+			if HasReadinessTaint(n) {
 				return false, nil
 			}
 		}
@@ -107,10 +107,10 @@ func WaitUntainted(ctx context.Context, c provider.Cluster, timeout time.Duratio
 	})
 }
 
-// HasStartupTaint reports whether n carries the readiness taint.
-func HasStartupTaint(n *corev1.Node) bool {
+// HasReadinessTaint reports whether n carries the readiness taint.
+func HasReadinessTaint(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
-		if t.Key == localcluster.StartupTaint {
+		if t.Key == localcluster.ReadinessTaint {
 			return true
 		}
 	}

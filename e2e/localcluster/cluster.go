@@ -26,8 +26,8 @@ import (
 	"github.com/certready/certready/internal/names"
 )
 
-// StartupTaint is the taint workers register with.
-const StartupTaint = names.TaintKey
+// ReadinessTaint is the taint workers register with.
+const ReadinessTaint = names.TaintKey
 
 // Binaries are the programs the cluster runs.
 type Binaries struct {

@@ -196,7 +196,7 @@ func kubeletConfig(n *Node, root, ca string) ([]byte, error) {
 	if n.ControlPlane {
 		cfg.RegisterWithTaints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 	} else {
-		cfg.RegisterWithTaints = []corev1.Taint{{Key: StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
+		cfg.RegisterWithTaints = []corev1.Taint{{Key: ReadinessTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	return yaml.Marshal(cfg)
 }

@@ -48,7 +48,7 @@ func TestWorkersGetUntaintedAndServeLogsWithoutAHuman(t *testing.T) {
 	}
 	w := cluster.Workers()[0].Name
 	for _, n := range cluster.Workers() {
-		if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
+		if !deploy.HasReadinessTaint(node(t, ctx, n.Name)) {
 			t.Fatalf("%s registered without the readiness taint", n.Name)
 		}
 	}
@@ -139,7 +139,7 @@ func TestWorkerStaysTaintedWhileNoApproverRuns(t *testing.T) {
 	}
 	c := certCondition(waitCondition(t, ctx, n.Name, 2*time.Minute, "CSRPending", hasReason("CSRPending", corev1.ConditionTrue)))
 	t.Logf("%s: %s", n.Name, c.Message)
-	if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
+	if !deploy.HasReadinessTaint(node(t, ctx, n.Name)) {
 		t.Fatal("the taint came off without an approved certificate")
 	}
 	scaleApprover(t, ctx, 2)
@@ -188,7 +188,7 @@ func TestNodeRegisteredAgainIsUntaintedAtOnce(t *testing.T) {
 			if !isNode || ev.Type != "ADDED" || n.UID == before.UID {
 				continue
 			}
-			if !deploy.HasStartupTaint(n) || certCondition(n) != nil {
+			if !deploy.HasReadinessTaint(n) || certCondition(n) != nil {
 				t.Fatalf("the kubelet registered %s without the readiness taint or with a condition: taints %v, condition %+v", w, n.Spec.Taints, certCondition(n))
 			}
 			created = true

@@ -169,7 +169,7 @@ func hasReason(reason string, status corev1.ConditionStatus) func(*corev1.Node) 
 
 func readyAndUntainted(n *corev1.Node) bool {
 	c := certCondition(n)
-	return c != nil && c.Status == corev1.ConditionFalse && !deploy.HasStartupTaint(n)
+	return c != nil && c.Status == corev1.ConditionFalse && !deploy.HasReadinessTaint(n)
 }
 
 func podsAndEvents(ctx context.Context) string {

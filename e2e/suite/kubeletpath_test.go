@@ -45,7 +45,7 @@ func TestKubeletWithoutServingBootstrapAndAnAPIServerThatVerifiesNothing(t *test
 	}
 	joinLocalNode(t, ctx, local, name, localcluster.NodeOptions{ServingBootstrapOff: true})
 	n := waitCondition(t, ctx, name, 2*time.Minute, "the agent to name serverTLSBootstrap", hasReason("KubeletServingBootstrapOff", corev1.ConditionTrue))
-	if c := certCondition(n); !strings.Contains(c.Message, "/var/lib/kubelet/config.yaml") || !deploy.HasStartupTaint(n) {
+	if c := certCondition(n); !strings.Contains(c.Message, "/var/lib/kubelet/config.yaml") || !deploy.HasReadinessTaint(n) {
 		t.Errorf("condition %q, taints %v: want the configuration file named and the node tainted", c.Message, n.Spec.Taints)
 	}
 	agentPod := func() string {
@@ -109,7 +109,7 @@ func TestKubeletWithoutServingBootstrapAndAnAPIServerThatVerifiesNothing(t *test
 		t.Errorf("finding events %+v: want a Warning about %s", f, name)
 	}
 	n = node(t, ctx, name)
-	if c := certCondition(n); c.Status != corev1.ConditionTrue || c.Reason != "KubeletServingBootstrapOff" || !strings.Contains(c.Message, "verifies no kubelet certificate") || !deploy.HasStartupTaint(n) {
+	if c := certCondition(n); c.Status != corev1.ConditionTrue || c.Reason != "KubeletServingBootstrapOff" || !strings.Contains(c.Message, "verifies no kubelet certificate") || !deploy.HasReadinessTaint(n) {
 		t.Errorf("%s: condition %+v, taints %v: want it not ready, tainted, its message naming the finding", name, c, n.Spec.Taints)
 	}
 	for _, w := range cluster.Workers() {
@@ -161,7 +161,7 @@ func TestFirewalledKubeletKeepsItsNodeTainted(t *testing.T) {
 		t.Fatalf("%v; last condition %+v\napprover:\n%s\n%s", err, certCondition(n), approver, podsAndEvents(ctx))
 	}
 	c := certCondition(n)
-	if !strings.Contains(c.Message, ip+":10250") || !deploy.HasStartupTaint(n) {
+	if !strings.Contains(c.Message, ip+":10250") || !deploy.HasReadinessTaint(n) {
 		t.Errorf("condition %q, taints %v: want the API server's error naming %s:10250 and the node tainted", c.Message, n.Spec.Taints, ip)
 	}
 	t.Logf("%s: %s", name, c.Message)

@@ -36,7 +36,7 @@ func TestTaintStaysUntilTheFallbackIsTurnedOn(t *testing.T) {
 	// milliseconds when on (see the benchmarks).
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
+		if !deploy.HasReadinessTaint(node(t, ctx, n.Name)) {
 			t.Fatal("the taint came off with the fallback off and no node-readiness-controller")
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -116,7 +116,7 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 	// update on a conflict.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := node(t, ctx, w)
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: localcluster.StartupTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: localcluster.ReadinessTaint, Value: "pending", Effect: corev1.TaintEffectNoSchedule})
 		_, err := cluster.Clientset().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
@@ -126,7 +126,7 @@ func TestStaleConditionNeverLiftsAReAddedTaint(t *testing.T) {
 	// benchmarks): 10 s of a taint that stays is a clear no.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if !deploy.HasStartupTaint(node(t, ctx, w)) {
+		if !deploy.HasReadinessTaint(node(t, ctx, w)) {
 			t.Fatal("a stale False condition lifted the re-added taint")
 		}
 		time.Sleep(500 * time.Millisecond)

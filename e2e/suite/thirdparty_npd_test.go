@@ -267,7 +267,7 @@ func TestNodeProblemDetectorPublishesTheConditionAsShipped(t *testing.T) {
 		c := certCondition(n)
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
-	if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
+	if !deploy.HasReadinessTaint(node(t, ctx, n.Name)) {
 		t.Fatal("the taint came off while node-problem-detector reports True")
 	}
 	scaleApprover(t, ctx, 2)

@@ -345,7 +345,7 @@ func TestAFalseConditionAloneLiftsNoTaint(t *testing.T) {
 	}
 	// The event is recorded where the decision was taken: the taint is
 	// there when it is.
-	if !deploy.HasStartupTaint(node(t, ctx, n.Name)) {
+	if !deploy.HasReadinessTaint(node(t, ctx, n.Name)) {
 		t.Fatal("the readiness taint was lifted on a False condition alone")
 	}
 	t.Logf("taint kept: %s", ev.Message)
@@ -428,7 +428,7 @@ func TestApproverTokenChangesOnlyItsTaints(t *testing.T) {
 			t.Logf("%s: refused: %v", tc.name, err)
 		}
 	}
-	if got := node(t, ctx, n.Name); !deploy.HasStartupTaint(got) || got.Labels["e2e"] != "" || got.Spec.Unschedulable || got.Annotations["readiness.k8s.io/bootstrap-completed-e2e"] != "" {
+	if got := node(t, ctx, n.Name); !deploy.HasReadinessTaint(got) || got.Labels["e2e"] != "" || got.Spec.Unschedulable || got.Annotations["readiness.k8s.io/bootstrap-completed-e2e"] != "" {
 		t.Errorf("node after the approver's token: taints %v, labels %v, annotations %v, unschedulable %v", got.Spec.Taints, got.Labels, got.Annotations, got.Spec.Unschedulable)
 	}
 }

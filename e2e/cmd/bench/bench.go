@@ -28,7 +28,7 @@ const (
 	simNode   = "sim-0"
 	simIP     = "192.0.2.50"
 	condType  = names.ConditionType
-	taintKey  = localcluster.StartupTaint
+	taintKey  = localcluster.ReadinessTaint
 	agentUser = "certready-bench-agent"
 )
 
