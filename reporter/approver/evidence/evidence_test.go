@@ -116,8 +116,14 @@ func TestNewLearnsTheAPIServerForThePolicy(t *testing.T) {
 	if !ev.Policy.APIServerHost("cp-1") || ev.Policy.APIServerHost("w-1") || ev.Policy.APIServerHostRule != "its Machine labelled x" {
 		t.Error("the mode's API server host rule is not the policy's")
 	}
-	if ev.Policy.Inventory != inv || ev.Policy.NotNodeAddress(svcIP) == "" || ev.Policy.HostOwn == nil || ev.Policy.NodeNetwork != nil {
+	if ev.Policy.Inventory != inv || ev.Policy.NotNodeAddress(svcIP) == "" || ev.Policy.NodeNetwork != nil {
 		t.Error("the mode's views are not the policy's as given")
+	}
+	if own, ok := ev.Policy.HostOwn("cp-1"); !ok || len(own.IPs) != 1 || own.IPs[0] != netip.MustParseAddr("192.0.2.10") {
+		t.Errorf("HostOwn(cp-1) = %+v, %v: not the mode's record", own, ok)
+	}
+	if _, ok := ev.Policy.HostOwn("w-1"); ok {
+		t.Error("HostOwn(w-1) found a record the mode does not have")
 	}
 }
 
