@@ -33,8 +33,13 @@ import (
 	"github.com/certready/certready/reporter/servingcert/observe"
 )
 
+const approverLong = "Approve kubelet-serving CSRs that prove their node's identity; leave every other one\n" +
+	"pending with a Warning event naming the failed rule (or deny it with --deny-on-mismatch).\n" +
+	"Runs leader-elected: only the replica holding the Lease writes."
+
 // approverFlags are the approver's command line: the options it sets
-// directly and the values that need parsing first.
+// directly and the values that need parsing first. csr explain parses a
+// Deployment's arguments with them too.
 type approverFlags struct {
 	o                                       approver.Options
 	allowed, denied, apiIPs                 []string
@@ -70,9 +75,9 @@ func (f *approverFlags) add(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.o.Controller.DenyOnMismatch, "deny-on-mismatch", false, "Deny CSRs that fail the policy instead of leaving them pending.")
 	fs.IntVar(&f.o.Controller.Workers, "workers", 64, "Concurrent CSR workers: each waits on one API write at a time, so throughput is about workers / write latency (64 keeps pace with a 5000-node scale-up on a loaded API server; idle workers cost nothing).")
 	fs.BoolVar(&f.o.LeaderElect, "leader-elect", true, "Elect a leader through a Lease; only the leader writes.")
-	fs.StringVar(&f.o.LeaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
+	fs.StringVar(&f.o.LeaseNamespace, "leader-elect-namespace", downwardAPI("POD_NAMESPACE", "certready-system"), "Namespace of the Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&f.o.LeaseName, "leader-elect-lease-name", "certready-approver", "Name of the Lease.")
-	fs.StringVar(&f.o.Identity, "leader-elect-identity", envOr("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name). A random suffix is added per process, so a restarted container never mistakes the Lease of its crashed predecessor for its own.")
+	fs.StringVar(&f.o.Identity, "leader-elect-identity", downwardAPI("POD_NAME", host), "This replica's identity in the Lease (default: $POD_NAME, else the host name). A random suffix is added per process, so a restarted container never mistakes the Lease of its crashed predecessor for its own.")
 	fs.DurationVar(&f.o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
 	fs.DurationVar(&f.o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leading.")
 	fs.DurationVar(&f.o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew.")
@@ -178,34 +183,44 @@ func (f *approverFlags) options() (approver.Options, error) {
 	return f.o, nil
 }
 
-func runApprover(ctx context.Context, args []string) int {
-	fs := newFlagSet("approver", "Approve kubelet-serving CSRs that prove their node's identity; leave every other one\n"+
-		"pending with a Warning event naming the failed rule (or deny it with --deny-on-mismatch).\n"+
-		"Runs leader-elected: only the replica holding the Lease writes.")
-	var f approverFlags
-	f.add(fs)
+// approverOptions are the approver process's: its flags, completed into
+// approver.Options.
+type approverOptions struct {
+	f approverFlags
+	o approver.Options
+}
+
+func (a *approverOptions) AddFlags(fs *pflag.FlagSet) {
+	a.f.add(fs)
 	addLogFlags(fs)
-	if code := parseOrExit(fs, args); code >= 0 {
-		return code
+}
+
+// Complete parses and validates the flags into approver.Options and makes
+// this process's Lease identity unique.
+func (a *approverOptions) Complete(*envFill) error {
+	var err error
+	if a.o, err = a.f.options(); err != nil {
+		return err
 	}
-	fail := func(err error) int { fmt.Fprintf(os.Stderr, "certready approver: %v\n", err); return 2 }
-	o, err := f.options()
-	if err != nil {
-		return fail(err)
-	}
-	kf := f.kf
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
-		return fail(err)
+		return err
 	}
-	o.Identity += "_" + hex.EncodeToString(suffix)
+	a.o.Identity += "_" + hex.EncodeToString(suffix)
+	return nil
+}
 
+// Validate: options() validated the flags together (approver.Options.Validate).
+func (a *approverOptions) Validate() error { return nil }
+
+func (a *approverOptions) Run(ctx context.Context) error {
+	o, kf := a.o, a.f.kf
 	client, err := kf.protobufClient("certready-approver/" + version)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if o.RESTConfig, err = kf.config("certready-approver/" + version); err != nil {
-		return fail(err)
+		return err
 	}
 	if o.MetricsCert != nil {
 		o.MetricsCert.Client = client
@@ -213,10 +228,10 @@ func runApprover(ctx context.Context, args []string) int {
 	if o.ClusterAPI {
 		cfg, err := kf.config("certready-approver/" + version)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		if o.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-			return fail(err)
+			return err
 		}
 		o.CAPI.UserAgent, o.CAPI.QPS, o.CAPI.Burst = "certready-approver/"+version, kf.qps, kf.burst
 	}
@@ -227,16 +242,16 @@ func runApprover(ctx context.Context, args []string) int {
 	events := kf
 	events.qps, events.burst = 100, 200
 	if o.EventClient, err = events.protobufClient("certready-approver/" + version); err != nil {
-		return fail(err)
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clientmetrics.Register(reg, "approver", version, commit) // before approver.Run makes its queues
-	if o.Controller.Ledger, err = f.ledger.build("approver", o.Identity, reg); err != nil {
-		return fail(err)
+	if o.Controller.Ledger, err = a.f.ledger.build("approver", o.Identity, reg); err != nil {
+		return err
 	}
 	ready := httpserve.NewReadiness("caches not synced")
-	return f.serving.serveAndRun(ctx, o.RESTConfig, reg, ready, func(ctx context.Context) error {
+	return a.f.serving.serveAndRun(ctx, o.RESTConfig, reg, ready, func(ctx context.Context) error {
 		return approver.Run(ctx, client, reg, ready, o)
 	})
 }
@@ -251,11 +266,4 @@ func prefixes(flag string, in []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -24,27 +25,47 @@ import (
 	"github.com/certready/certready/reporter/servingcert/condition"
 )
 
-// exitCode carries a command's exit status through cobra (status and
-// preflight: 1 means "some node is not ready", 2 an error).
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// execute runs the command tree on args and returns the exit status.
+// execute runs the command tree on args and returns the exit status; the
+// command that ran reports how it ended (reportError), cobra's own errors
+// (an unknown command or flag) included.
 func execute(ctx context.Context, args []string) int {
 	root := newRootCommand(ctx)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	var code exitCode
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &code):
-		return int(code)
-	default:
-		// Cobra's own errors (unknown command or flag): usage is the fix.
-		fmt.Fprintf(os.Stderr, "certready: %v\nRun 'certready --help' for usage.\n", err)
-		return 2
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !isExitError(err) {
+		err = usageError(err) // cobra's: the command line is wrong
+	}
+	return reportError(os.Stderr, cmd.CommandPath(), err)
+}
+
+func isExitError(err error) bool {
+	var e *exitError
+	return errors.As(err, &e)
+}
+
+// operator is an operator command's options, run as kubectl runs its
+// commands: the flags (each also from its CERTREADY_ variable) completed
+// into options, validated before the cluster is read, then run. Run's
+// errors exit 2 unless they say otherwise (exitWith).
+type operator interface {
+	Complete(cmd *cobra.Command, args []string) error
+	Validate() error
+	Run(ctx context.Context, out io.Writer) error
+}
+
+// runOperator is every operator command's RunE.
+func runOperator(o operator) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if _, err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+			return usageError(err)
+		}
+		if err := o.Complete(cmd, args); err != nil {
+			return usageError(err)
+		}
+		if err := o.Validate(); err != nil {
+			return usageError(err)
+		}
+		return o.Run(cmd.Context(), cmd.OutOrStdout())
 	}
 }
 
@@ -78,9 +99,8 @@ func newRootCommand(ctx context.Context) *cobra.Command {
 	return root
 }
 
-// processCommand runs one of the processes' commands, which parse their
-// own flags (each also from its CERTREADY_ variable) and print their own
-// help.
+// processCommand runs a process of the command table (runProcess parses
+// its flags, each also from its CERTREADY_ variable, and prints its help).
 func processCommand(ctx context.Context, c command, group string) *cobra.Command {
 	return &cobra.Command{
 		Use:                c.name + " [flags]",
@@ -88,10 +108,7 @@ func processCommand(ctx context.Context, c command, group string) *cobra.Command
 		GroupID:            group,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
-			if code := c.run(ctx, args); code != 0 {
-				return exitCode(code)
-			}
-			return nil
+			return runProcess(ctx, c, args)
 		},
 	}
 }

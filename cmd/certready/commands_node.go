@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"unicode"
 )
 
 // buildFlavour says, in version output, which build this is.
@@ -16,6 +18,17 @@ const buildFlavour = ", node build"
 // copy-binary only).
 func clusterCommands() []command { return nil }
 
+// escapeError replaces control characters of an error with '?': the node
+// build's errors quote flag values, variables and files.
+func escapeError(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "certready keeps nodes from taking workloads until their kubelet can really serve TLS.\n\nUsage: certready <command> [flags]\n\nCommands:\n")
 	for _, c := range commands() {
@@ -24,8 +37,9 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\nRun 'certready <command> --help' for a command's flags.\n")
 }
 
-// execute runs the command named by args[0]: the node build's small
-// dispatcher (no cobra: every byte it links runs on every node).
+// execute runs the command named by args[0] from the command table, as the
+// cluster build's command tree does, with no cobra: every byte the node
+// build links runs on every node.
 func execute(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		usage(os.Stderr)
@@ -38,10 +52,8 @@ func execute(ctx context.Context, args []string) int {
 	}
 	for _, c := range commands() {
 		if c.name == name {
-			return c.run(ctx, args[1:])
+			return reportError(os.Stderr, "certready "+name, runProcess(ctx, c, args[1:]))
 		}
 	}
-	fmt.Fprintf(os.Stderr, "certready: unknown command %q\n\n", name)
-	usage(os.Stderr)
-	return 2
+	return reportError(os.Stderr, "certready", usageError(fmt.Errorf("unknown command %q (the node build runs agent, check, copy-binary and version)", name)))
 }

@@ -6,28 +6,38 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/spf13/pflag"
 )
 
 // runCopyBinary copies the running executable to --to, through a temporary
 // file renamed into place, so that a reader (node-problem-detector running
 // the plugin) never sees half a binary. The image is FROM scratch: there is
 // no cp in it.
-func runCopyBinary(_ context.Context, args []string) int {
-	fs := newFlagSet("copy-binary", "Copy this binary to --to, mode 0755 (for node-problem-detector's init container).")
-	to := fs.String("to", "", "Destination path, e.g. /opt/certready/certready (its folder must exist).")
-	if code := parseOrExit(fs, args); code >= 0 {
-		return code
+const copyBinaryLong = "Copy this binary to --to, mode 0755 (for node-problem-detector's init container)."
+
+// copyBinaryOptions copy this binary into a volume.
+type copyBinaryOptions struct{ to string }
+
+func (o *copyBinaryOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.to, "to", "", "Destination path, e.g. /opt/certready/certready (its folder must exist).")
+}
+
+func (o *copyBinaryOptions) Complete(*envFill) error { return nil }
+
+func (o *copyBinaryOptions) Validate() error {
+	if o.to == "" || !filepath.IsAbs(o.to) {
+		return fmt.Errorf("--to %q: want an absolute path, e.g. --to=/opt/certready/certready", o.to)
 	}
-	if *to == "" || !filepath.IsAbs(*to) {
-		fmt.Fprintf(os.Stderr, "certready copy-binary: --to %q: want an absolute path, e.g. --to=/opt/certready/certready\n", *to)
-		return 2
+	return nil
+}
+
+func (o *copyBinaryOptions) Run(context.Context) error {
+	if err := copySelf(o.to); err != nil {
+		return exitWith(1, err)
 	}
-	if err := copySelf(*to); err != nil {
-		fmt.Fprintf(os.Stderr, "certready copy-binary: %v\n", err)
-		return 1
-	}
-	fmt.Printf("copied certready %s to %s\n", version, *to)
-	return 0
+	fmt.Printf("copied certready %s to %s\n", version, o.to)
+	return nil
 }
 
 func copySelf(to string) error {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,7 +32,7 @@ func TestCopyBinary(t *testing.T) {
 		{"missing folder", []string{"--to=" + filepath.Join(dir, "absent", "certready")}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if code := runCopyBinary(context.Background(), tc.args); code != tc.code {
+			if code, _ := runCommand(t, "copy-binary", tc.args...); code != tc.code {
 				t.Fatalf("exit %d, want %d", code, tc.code)
 			}
 		})

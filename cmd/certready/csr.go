@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -29,11 +28,16 @@ import (
 	"github.com/certready/certready/reporter/fleet"
 )
 
-// newCSRCommand lists kubelet-serving CSRs where they stand, and explains
-// one ('csr explain'): the runbook's 'kubectl get csr' and 'openssl req'.
+// csrOptions list kubelet-serving CSRs where they stand ('csr explain'
+// explains one): the runbook's 'kubectl get csr' and 'openssl req'.
+type csrOptions struct {
+	flags        *fleetFlags
+	output, node string
+	noHeaders    bool
+}
+
 func newCSRCommand() *cobra.Command {
-	var output, node string
-	var noHeaders bool
+	o := &csrOptions{}
 	cmd := &cobra.Command{
 		Use:     "csr",
 		GroupID: "fleet",
@@ -45,48 +49,41 @@ func newCSRCommand() *cobra.Command {
 			"'certready csr explain NAME' decodes one and evaluates the approval policy on it.",
 		Example: "  certready csr\n  certready csr --node worker-1\n  certready csr explain csr-8k2mf",
 		Args:    cobra.NoArgs,
+		RunE:    runOperator(o),
 	}
-	flags := newFleetFlags(cmd)
+	o.flags = newFleetFlags(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&node, "node", "", "Only the CSRs this node filed (spec.username system:node:<node>).")
-	fs.StringVarP(&output, "output", "o", "", outputHelp("csrs", "CSR"))
-	fs.BoolVar(&noHeaders, "no-headers", false, "Table and custom-columns output: no header line.")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready csr: %v\n", err); return exitCode(2) }
-		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
-			return fail(err)
-		}
-		if err := refuseNamespace(cmd); err != nil {
-			return fail(err)
-		}
-		if err := checkListOutput(output); err != nil {
-			return fail(err)
-		}
-		client, err := flags.client("certready-csr/" + version)
-		if err != nil {
-			return fail(err)
-		}
-		list, err := listKubeletServingCSRs(cmd.Context(), client)
-		if err != nil {
-			return fail(err)
-		}
-		rows := fleet.CSRs(list)
-		if node != "" {
-			kept := rows[:0]
-			for _, r := range rows {
-				if r.Node == node {
-					kept = append(kept, r)
-				}
-			}
-			rows = kept
-		}
-		if err := printCSRs(cmd.OutOrStdout(), output, noHeaders, rows, time.Now()); err != nil {
-			return fail(err)
-		}
-		return nil
-	}
+	fs.StringVar(&o.node, "node", "", "Only the CSRs this node filed (spec.username system:node:<node>).")
+	fs.StringVarP(&o.output, "output", "o", "", outputHelp("csrs", "CSR"))
+	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table and custom-columns output: no header line.")
 	cmd.AddCommand(newCSRExplainCommand())
 	return cmd
+}
+
+func (o *csrOptions) Complete(cmd *cobra.Command, _ []string) error { return refuseNamespace(cmd) }
+
+func (o *csrOptions) Validate() error { return checkListOutput(o.output) }
+
+func (o *csrOptions) Run(ctx context.Context, out io.Writer) error {
+	client, err := o.flags.client("certready-csr/" + version)
+	if err != nil {
+		return err
+	}
+	list, err := listKubeletServingCSRs(ctx, client)
+	if err != nil {
+		return err
+	}
+	rows := fleet.CSRs(list)
+	if o.node != "" {
+		kept := rows[:0]
+		for _, r := range rows {
+			if r.Node == o.node {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
+	return printCSRs(out, o.output, o.noHeaders, rows, time.Now())
 }
 
 // checkOutput refuses an output other than json or yaml, for the commands
@@ -195,9 +192,16 @@ type DecisionView struct {
 	Transient bool   `json:"transient,omitempty"`
 }
 
+// explainOptions decode one kubelet-serving CSR and evaluate the
+// approval policy on it. Exit 0: approved; 1: refused; 2: error.
+type explainOptions struct {
+	flags                                    *fleetFlags
+	name, output, approverRef, inventory, ns string
+	timeout                                  time.Duration
+}
+
 func newCSRExplainCommand() *cobra.Command {
-	var output, approverRef, inventory string
-	var timeout time.Duration
+	o := &explainOptions{}
 	cmd := &cobra.Command{
 		Use:   "explain NAME",
 		Short: "Decode a kubelet-serving CSR and evaluate the approval policy on it, as the approver would now.",
@@ -212,44 +216,41 @@ func newCSRExplainCommand() *cobra.Command {
 			"  certready csr explain csr-8k2mf --approver=kube-system/my-approver\n" +
 			"  certready csr explain csr-8k2mf --inventory=file:./inventory.yaml   # the approver reads a file in its pod",
 		Args: cobra.ExactArgs(1),
+		RunE: runOperator(o),
 	}
-	flags := newFleetFlags(cmd)
+	o.flags = newFleetFlags(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&approverRef, "approver", "", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the one Deployment labelled as certready's approver, in -n's namespace or any; 'defaults': the approver's defaults, no Deployment.")
-	fs.StringVar(&inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads: explain never opens a file the Deployment names).")
-	fs.DurationVar(&timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
-	fs.StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: text.")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		// Errors quote the approver's Deployment (a flag's value): escaped as
-		// the tables are.
-		fail := func(err error) error {
-			fmt.Fprintf(os.Stderr, "certready csr explain: %s\n", fleet.Escape(err.Error()))
-			return exitCode(2)
-		}
-		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
-			return fail(err)
-		}
-		if err := checkOutput(output); err != nil {
-			return fail(err)
-		}
-		ex, d, err := explain(cmd.Context(), flags, args[0], approverRef, explicitNamespace(cmd), inventory, timeout)
-		if err != nil {
-			return fail(err)
-		}
-		if output != "" {
-			err = printDocument(cmd.OutOrStdout(), output, ex)
-		} else {
-			err = printExplanation(cmd.OutOrStdout(), ex, time.Now())
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if !d.Approve {
-			return exitCode(1)
-		}
-		return nil
-	}
+	fs.StringVar(&o.approverRef, "approver", "", "The approver's Deployment, <namespace>/<name>: its container's arguments and literal CERTREADY_ variables configure the policy. Empty: the one Deployment labelled as certready's approver, in -n's namespace or any; 'defaults': the approver's defaults, no Deployment.")
+	fs.StringVar(&o.inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads: explain never opens a file the Deployment names).")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
+	fs.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml. Empty: text.")
 	return cmd
+}
+
+func (o *explainOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.name, o.ns = args[0], explicitNamespace(cmd)
+	return nil
+}
+
+func (o *explainOptions) Validate() error { return checkOutput(o.output) }
+
+func (o *explainOptions) Run(ctx context.Context, out io.Writer) error {
+	ex, d, err := explain(ctx, o.flags, o.name, o.approverRef, o.ns, o.inventory, o.timeout)
+	if err != nil {
+		return err
+	}
+	if o.output != "" {
+		err = printDocument(out, o.output, ex)
+	} else {
+		err = printExplanation(out, ex, time.Now())
+	}
+	if err != nil {
+		return err
+	}
+	if !d.Approve {
+		return exitWith(1, nil)
+	}
+	return nil
 }
 
 // explain reads CSR name and evaluates the approver's policy on it, as
@@ -288,7 +289,7 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 	if err != nil {
 		return Explanation{}, policy.Decision{}, timedOut(err)
 	}
-	o, err := approverOptions(ctx, client, approverRef, inventory)
+	o, err := deploymentApproverOptions(ctx, client, approverRef, inventory)
 	if err != nil {
 		return Explanation{}, policy.Decision{}, timedOut(err)
 	}
@@ -350,7 +351,7 @@ func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespa
 	return "", fmt.Errorf("%d approver Deployments in %s (%s): choose one with --approver=<namespace>/<name> or -n", len(found), where, strings.Join(found, ", "))
 }
 
-// approverOptions reads the approver's configuration from its Deployment
+// deploymentApproverOptions reads the approver's configuration from its Deployment
 // (ref "<namespace>/<name>"; empty: the defaults) through the approver's own
 // flag parsing; inventory, when set, replaces its --inventory. The taint
 // fallback's settings are left out: explaining a CSR does not lift taints.
@@ -360,7 +361,7 @@ func findApprover(ctx context.Context, client kubernetes.Interface, ref, namespa
 // approver's process (--kubeconfig, --kubelet-ca-file, the serving and
 // ledger files) are parsed and dropped; a file inventory, which the policy
 // needs, is refused unless --inventory replaces it.
-func approverOptions(ctx context.Context, client kubernetes.Interface, ref, inventory string) (approver.Options, error) {
+func deploymentApproverOptions(ctx context.Context, client kubernetes.Interface, ref, inventory string) (approver.Options, error) {
 	var args []string
 	env := map[string]string{}
 	if ref != "" {
@@ -383,14 +384,14 @@ func approverOptions(ctx context.Context, client kubernetes.Interface, ref, inve
 			}
 		}
 	}
-	fs := newFlagSet("approver", "")
+	fs := newFlagSet("approver")
 	var f approverFlags
 	f.add(fs)
 	// The approver's log flags are accepted and dropped: through klog they
 	// would set this process's own verbosity (the CLI's -v).
 	fs.StringP("v", "v", "", "")
 	fs.String("vmodule", "", "")
-	if err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+	if _, err := parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		return approver.Options{}, fmt.Errorf("the approver's flags (%s): %w", ref, err)
 	}
 	f.readinessTaint, f.softTaint, f.kubeletCA = "", "", ""

@@ -44,7 +44,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 			}},
 	}
 	client := fake.NewClientset(dep)
-	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "")
+	o, err := deploymentApproverOptions(context.Background(), client, "certready-system/certready-approver", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 		t.Errorf("the taint fallback was configured: %+v", o.LiftReadinessTaint)
 	}
 
-	defaults, err := approverOptions(context.Background(), client, "", "")
+	defaults, err := deploymentApproverOptions(context.Background(), client, "", "")
 	if err != nil || defaults.Controller.Policy.MaxSANs != 100 {
 		t.Errorf("--approver='': %v, max SANs %d, want the default 100", err, defaults.Controller.Policy.MaxSANs)
 	}
@@ -73,7 +73,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 		"certready-system/missing":   `"missing" not found`,
 		"certready-system/sidecar-x": "not found",
 	} {
-		if _, err := approverOptions(context.Background(), client, ref, ""); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := deploymentApproverOptions(context.Background(), client, ref, ""); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--approver=%s: error %v, want one with %q", ref, err, want)
 		}
 	}
@@ -83,7 +83,7 @@ func TestExplainReadsTheApproversFlagsFromItsDeployment(t *testing.T) {
 	if _, err := client.AppsV1().Deployments("certready-system").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := approverOptions(context.Background(), client, "certready-system/bad", ""); err == nil || !strings.Contains(err.Error(), "max-sans") {
+	if _, err := deploymentApproverOptions(context.Background(), client, "certready-system/bad", ""); err == nil || !strings.Contains(err.Error(), "max-sans") {
 		t.Errorf("a flag the approver would refuse: %v", err)
 	}
 }
@@ -107,7 +107,7 @@ func TestExplainNeverOpensFilesTheDeploymentNames(t *testing.T) {
 		"--ledger=file:" + filepath.Join(ledgerDir, "ledger.jsonl")}}}
 	client := fake.NewClientset(dep)
 
-	_, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "")
+	_, err := deploymentApproverOptions(context.Background(), client, "certready-system/certready-approver", "")
 	if err == nil {
 		t.Fatal("a Deployment's --inventory=file: was accepted: explain would open the operator's local file of that name")
 	}
@@ -124,7 +124,7 @@ func TestExplainNeverOpensFilesTheDeploymentNames(t *testing.T) {
 	}
 
 	// --inventory on the command line is the operator's own choice.
-	o, err := approverOptions(context.Background(), client, "certready-system/certready-approver", "node")
+	o, err := deploymentApproverOptions(context.Background(), client, "certready-system/certready-approver", "node")
 	if err != nil || o.InventorySpec != "node" {
 		t.Errorf("--inventory=node on the command line: %v, inventory %q", err, o.InventorySpec)
 	}

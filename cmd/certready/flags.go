@@ -81,29 +81,31 @@ var commandLineOnly = map[string]string{
 // mistake stops the process, as every other flag's does.
 var fromSettings = map[string]bool{"expiry-warning": true, "expiry-critical": true, "ca-expiry-warning": true}
 
-// envSetAside holds, per flag set, what fillFromEnv set aside
-// (fromSettings); fromEnv the fromSettings flags it did set.
-var (
-	envSetAside = map[*pflag.FlagSet][]string{}
-	fromEnv     = map[*pflag.FlagSet][]string{}
-)
+// envFill is what the environment did to a command's flags: the
+// fromSettings flags it set (settingsFallback may still set them aside),
+// and what it set aside, each with why.
+type envFill struct {
+	fs       *pflag.FlagSet
+	settings []string
+	setAside []string
+}
 
 // settingsFallback sets aside every fromSettings value that came from the
 // environment when problem (the checks of the values together) fails, and
 // says why; it returns problem's error when the values still fail without
 // them (the command line's own mistake).
-func settingsFallback(fs *pflag.FlagSet, problem func() error) error {
+func (e *envFill) settingsFallback(problem func() error) error {
 	err := problem()
-	if err == nil || len(fromEnv[fs]) == 0 {
+	if err == nil || len(e.settings) == 0 {
 		return err
 	}
-	for _, name := range fromEnv[fs] {
-		f := fs.Lookup(name)
+	for _, name := range e.settings {
+		f := e.fs.Lookup(name)
 		_ = f.Value.Set(f.DefValue)
 		f.Changed = false
-		envSetAside[fs] = append(envSetAside[fs], fmt.Sprintf("environment variable %s (for --%s) set aside, the default %s kept: %v", EnvName(name), name, f.DefValue, err))
+		e.setAside = append(e.setAside, fmt.Sprintf("environment variable %s (for --%s) set aside, the default %s kept: %v", EnvName(name), name, f.DefValue, err))
 	}
-	fromEnv[fs] = nil
+	e.settings = nil
 	return problem()
 }
 
@@ -112,25 +114,23 @@ func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// helpOf holds each flag set's help text (see parseOrExit).
-var helpOf = map[*pflag.FlagSet]func(io.Writer){}
+// downwardAPI is the pod's variable name (set by the manifests from the
+// downward API: NODE_NAME, POD_NAME, POD_NAMESPACE), else def: the
+// default of the flag that names the same thing.
+func downwardAPI(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
-// newFlagSet returns a flag set whose help lists each flag's env variable.
-// Help goes to stdout when asked for (--help), errors to stderr, each once.
-func newFlagSet(name, summary string) *pflag.FlagSet {
+// newFlagSet returns a process's flag set. Help and errors are printed by
+// runProcess and reportError, each once.
+func newFlagSet(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
-	fs.SetOutput(io.Discard) // pflag's own error and usage printing: parseOrExit prints
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	helpOf[fs] = func(w io.Writer) {
-		fs.VisitAll(func(f *pflag.Flag) {
-			if _, only := commandLineOnly[f.Name]; only && !strings.HasSuffix(f.Usage, commandLineOnlyNote) {
-				f.Usage += commandLineOnlyNote
-			}
-		})
-		fmt.Fprintf(w, "Usage: certready %s [flags]\n\n%s\n\nFlags (each can also be set as %s<FLAG>, e.g. --node-name as %s, unless marked command line only):\n%s",
-			name, summary, EnvPrefix, EnvName("node-name"), fs.FlagUsages())
-	}
 	return fs
 }
 
@@ -145,12 +145,12 @@ func addLogFlags(fs *pflag.FlagSet) {
 
 // parse parses args, then fills every flag not given on the command line
 // from its environment variable. An error names the flag or variable.
-func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool)) error {
+func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool)) (*envFill, error) {
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	return fillFromEnv(fs, getenv)
 }
@@ -159,10 +159,12 @@ func parse(fs *pflag.FlagSet, args []string, getenv func(string) (string, bool))
 const commandLineOnlyNote = " (command line only)"
 
 // fillFromEnv sets every flag of fs not given on the command line from its
-// environment variable (EnvName). An error names the flag and variable; a
-// variable set for a commandLineOnly flag is an error, never ignored, so
-// that whoever set it learns where the setting belongs.
-func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
+// environment variable (EnvName): the one place any command reads
+// CERTREADY_ variables. An error names the flag and variable; a variable
+// set for a commandLineOnly flag is an error, never ignored, so that
+// whoever set it learns where the setting belongs.
+func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) (*envFill, error) {
+	set := &envFill{fs: fs}
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if err != nil {
@@ -183,15 +185,18 @@ func fillFromEnv(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
 			case serr != nil && fromSettings[f.Name]:
 				_ = f.Value.Set(f.DefValue)
 				f.Changed = false
-				envSetAside[fs] = append(envSetAside[fs], fmt.Sprintf("environment variable %s=%q (for --%s) set aside, the default %s kept: %v", env, v, f.Name, f.DefValue, serr))
+				set.setAside = append(set.setAside, fmt.Sprintf("environment variable %s=%q (for --%s) set aside, the default %s kept: %v", env, v, f.Name, f.DefValue, serr))
 			case serr != nil:
 				err = fmt.Errorf("environment variable %s=%q (for --%s): %w", env, v, f.Name, serr)
 			case fromSettings[f.Name]:
-				fromEnv[fs] = append(fromEnv[fs], f.Name)
+				set.settings = append(set.settings, f.Name)
 			}
 		}
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return set, nil
 }
 
 // kubeFlags are the API connection flags shared by the subcommands.

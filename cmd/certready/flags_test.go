@@ -13,11 +13,11 @@ import (
 func TestParseFillsFlagsFromTheEnvironment(t *testing.T) {
 	env := map[string]string{"CERTREADY_NODE_NAME": "from-env", "CERTREADY_RESYNC": "30s", "CERTREADY_WORKERS": "2"}
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	fs := newFlagSet("agent", "")
+	fs := newFlagSet("agent")
 	node := fs.String("node-name", "", "")
 	resync := fs.Duration("resync", time.Minute, "")
 	workers := fs.Int("workers", 0, "")
-	if err := parse(fs, []string{"--workers=1234"}, getenv); err != nil {
+	if _, err := parse(fs, []string{"--workers=1234"}, getenv); err != nil {
 		t.Fatal(err)
 	}
 	if *node != "from-env" || *resync != 30*time.Second {
@@ -30,17 +30,17 @@ func TestParseFillsFlagsFromTheEnvironment(t *testing.T) {
 
 func TestParseErrorsNameTheVariable(t *testing.T) {
 	getenv := func(k string) (string, bool) { return "soon", k == "CERTREADY_RESYNC" }
-	fs := newFlagSet("agent", "")
+	fs := newFlagSet("agent")
 	fs.Duration("resync", time.Minute, "")
-	err := parse(fs, nil, getenv)
+	_, err := parse(fs, nil, getenv)
 	if err == nil || !strings.Contains(err.Error(), "CERTREADY_RESYNC") || !strings.Contains(err.Error(), "--resync") {
 		t.Errorf("err = %v, want one naming CERTREADY_RESYNC and --resync", err)
 	}
 }
 
 func TestParseRefusesStrayArguments(t *testing.T) {
-	fs := newFlagSet("agent", "")
-	if err := parse(fs, []string{"w1"}, func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), `"w1"`) {
+	fs := newFlagSet("agent")
+	if _, err := parse(fs, []string{"w1"}, func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), `"w1"`) {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -91,14 +91,14 @@ func TestSettingsFromTheEnvironmentNeverStopTheAgent(t *testing.T) {
 		{"the command line's value does not parse", []string{"--expiry-warning=soon"}, nil, 0, 0, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFlagSet("agent", "")
+			fs := newFlagSet("agent")
 			var cfg agent.Config
 			fs.DurationVar(&cfg.ExpiryWarning, "expiry-warning", agent.DefaultExpiryWarning, "")
 			fs.DurationVar(&cfg.ExpiryCritical, "expiry-critical", agent.DefaultExpiryCritical, "")
 			fs.DurationVar(&cfg.CAExpiryWarning, "ca-expiry-warning", agent.DefaultCAExpiryWarning, "")
-			err := parse(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			set, err := parse(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			if err == nil {
-				err = settingsFallback(fs, func() error { return cfg.Defaults().ValidateExpiry() })
+				err = set.settingsFallback(func() error { return cfg.Defaults().ValidateExpiry() })
 			}
 			if failed := err != nil; failed != tc.failed {
 				t.Fatalf("err = %v, want failure %v", err, tc.failed)
@@ -109,7 +109,7 @@ func TestSettingsFromTheEnvironmentNeverStopTheAgent(t *testing.T) {
 			if cfg.ExpiryWarning != tc.warning || cfg.ExpiryCritical != tc.crit {
 				t.Errorf("windows %s/%s, want %s/%s", cfg.ExpiryWarning, cfg.ExpiryCritical, tc.warning, tc.crit)
 			}
-			got := strings.Join(envSetAside[fs], "\n")
+			got := strings.Join(set.setAside, "\n")
 			for _, v := range tc.setAside {
 				if !strings.Contains(got, v) {
 					t.Errorf("set aside %q, want %s named", got, v)

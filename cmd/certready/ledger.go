@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,10 +29,16 @@ func newLedgerCommand() *cobra.Command {
 	return cmd
 }
 
-// newLedgerVerifyCommand checks ledger files an auditor was given. Exit 0:
+// ledgerVerifyOptions check ledger files an auditor was given. Exit 0:
 // every chain whole; 1: something missing or changed; 2: error.
+type ledgerVerifyOptions struct {
+	output string
+	files  []string
+	stdin  io.Reader
+}
+
 func newLedgerVerifyCommand() *cobra.Command {
-	var output string
+	o := &ledgerVerifyOptions{}
 	cmd := &cobra.Command{
 		Use:   "verify FILE...",
 		Short: "Check ledger files for removed, edited, reordered or lost records, and name the periods without an approver leader.",
@@ -45,42 +52,44 @@ func newLedgerVerifyCommand() *cobra.Command {
 			"Exit 0: every chain whole; 1: findings; 2: error.",
 		Example: "  certready ledger verify /var/log/certready/ledger*.jsonl\n  kubectl -n certready-system logs deploy/certready-approver | certready ledger verify -\n  certready ledger verify -o json ledger.jsonl",
 		Args:    cobra.MinimumNArgs(1),
+		RunE:    runOperator(o),
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml. Empty: a summary and the findings.")
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		fail := func(err error) error {
-			fmt.Fprintf(os.Stderr, "certready ledger verify: %v\n", err)
-			return exitCode(2)
-		}
-		if err := checkOutput(output); err != nil {
-			return fail(err)
-		}
-		var inputs []ledger.Input
-		for _, name := range args {
-			if name == "-" {
-				inputs = append(inputs, ledger.Input{Name: "(stdin)", R: cmd.InOrStdin()})
-				continue
-			}
-			f, err := os.Open(name)
-			if err != nil {
-				return fail(err)
-			}
-			defer f.Close()
-			inputs = append(inputs, ledger.Input{Name: name, R: f})
-		}
-		rep, err := ledger.Verify(inputs)
-		if err != nil {
-			return fail(err)
-		}
-		if err := printLedgerReport(cmd.OutOrStdout(), output, rep); err != nil {
-			return fail(err)
-		}
-		if !rep.Clean() {
-			return exitCode(1)
-		}
-		return nil
-	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: json or yaml. Empty: a summary and the findings.")
 	return cmd
+}
+
+func (o *ledgerVerifyOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.files, o.stdin = args, cmd.InOrStdin()
+	return nil
+}
+
+func (o *ledgerVerifyOptions) Validate() error { return checkOutput(o.output) }
+
+func (o *ledgerVerifyOptions) Run(_ context.Context, out io.Writer) error {
+	var inputs []ledger.Input
+	for _, name := range o.files {
+		if name == "-" {
+			inputs = append(inputs, ledger.Input{Name: "(stdin)", R: o.stdin})
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		inputs = append(inputs, ledger.Input{Name: name, R: f})
+	}
+	rep, err := ledger.Verify(inputs)
+	if err != nil {
+		return err
+	}
+	if err := printLedgerReport(out, o.output, rep); err != nil {
+		return err
+	}
+	if !rep.Clean() {
+		return exitWith(1, nil)
+	}
+	return nil
 }
 
 func printLedgerReport(out io.Writer, output string, rep ledger.Report) error {

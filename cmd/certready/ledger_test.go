@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,14 +46,8 @@ func TestLedgerVerifyCommand(t *testing.T) {
 		root.SetOut(&out)
 		root.SetErr(&out)
 		root.SetArgs(append([]string{"ledger", "verify"}, args...))
-		code := 0
-		if err := root.Execute(); err != nil {
-			code = 2
-			var c exitCode
-			if errors.As(err, &c) {
-				code = int(c)
-			}
-		}
+		cmd, err := root.ExecuteC()
+		code := reportError(&out, cmd.CommandPath(), err)
 		return code, out.String()
 	}
 	if code, out := run(whole); code != 0 || !strings.Contains(out, "Every chain is whole") || !strings.Contains(out, "approver-a") {

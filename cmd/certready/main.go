@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -30,28 +29,29 @@ var (
 	commit  = "unknown"
 )
 
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string) int
-}
-
 // commands are the node's (every build) and the cluster's (not in the
 // node build, -tags nodeonly: the agent's binary links neither the
 // approver nor client-go's clientset, whose start-up touches every API
 // group's code on every node).
 func commands() []command {
 	out := []command{
-		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", runAgent},
-		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", runCheck},
-		{"copy-binary", "Copy this static binary to --to (an init container's way of giving node-problem-detector the check plugin).", runCopyBinary},
+		{"agent", "Run the per-node agent (DaemonSet): verify this node's kubelet serving certificate and publish the KubeletServingCertNotReady condition.", agentLong, func() process { return &agentOptions{} }},
+		{"check", "Run the agent's checks once and exit with the node-problem-detector plugin codes (0 ready, 1 not ready, 2 unknown).", checkLong, func() process { return &checkOptions{} }},
+		{"copy-binary", "Copy this static binary to --to (an init container's way of giving node-problem-detector the check plugin).", copyBinaryLong, func() process { return &copyBinaryOptions{} }},
 	}
 	out = append(out, clusterCommands()...)
-	out = append(out, command{"version", "Print version information.", func(context.Context, []string) int {
-		fmt.Printf("certready %s (commit %s, %s, %s/%s%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, buildFlavour)
-		return 0
-	}})
-	return out
+	return append(out, command{"version", "Print version information.", "Print version information.", func() process { return versionOptions{} }})
+}
+
+// versionOptions print the build information.
+type versionOptions struct{}
+
+func (versionOptions) AddFlags(*pflag.FlagSet) {}
+func (versionOptions) Complete(*envFill) error { return nil }
+func (versionOptions) Validate() error         { return nil }
+func (versionOptions) Run(context.Context) error {
+	fmt.Printf("certready %s (commit %s, %s, %s/%s%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, buildFlavour)
+	return nil
 }
 
 func main() {
@@ -73,21 +73,4 @@ func pluginArgs(argv0 string, args []string) []string {
 		return append([]string{"status"}, args...)
 	}
 	return args
-}
-
-// parseOrExit parses flags; it returns an exit code when the caller must stop
-// (-1 to go on).
-func parseOrExit(fs *pflag.FlagSet, args []string) int {
-	err := parse(fs, args, os.LookupEnv)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		if help := helpOf[fs]; help != nil {
-			help(os.Stdout)
-		}
-		return 0
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "certready %s: %v\nRun 'certready %s --help' for its flags.\n", fs.Name(), err, fs.Name())
-		return 2
-	}
-	return -1
 }

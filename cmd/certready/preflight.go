@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +16,18 @@ import (
 	"github.com/certready/certready/reporter/fleet"
 )
 
-// newPreflightCommand lists, read-only, what creating the NodeReadinessRule
+// preflightOptions list, read-only, what creating the NodeReadinessRule
 // would do to each node now. Exit 0: no node would stay tainted; 1: some
 // would (listed first); 2: could not check.
+type preflightOptions struct {
+	flags                                *fleetFlags
+	ruleFile, output, condType, selector string
+	noHeaders                            bool
+	rule                                 fleet.Rule
+}
+
 func newPreflightCommand() *cobra.Command {
-	var ruleFile, output, condType, selector string
-	var noHeaders bool
+	o := &preflightOptions{}
 	cmd := &cobra.Command{
 		Use:     "preflight",
 		GroupID: "fleet",
@@ -32,63 +39,66 @@ func newPreflightCommand() *cobra.Command {
 			"or certready itself cannot make a new node ready; 2: error.",
 		Example: "  kubectl certready preflight\n  kubectl kustomize <overlay> | certready preflight --rule -",
 		Args:    cobra.NoArgs,
+		RunE:    runOperator(o),
 	}
-	kf := newFleetFlags(cmd)
+	o.flags = newFleetFlags(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&ruleFile, "rule", "", "A file holding the NodeReadinessRule to check (- for stdin). Empty: the rule of manifests/overlays/nrc.")
-	fs.StringVar(&condType, "condition-type", names.ConditionType, "The agent's node condition.")
-	fs.StringVarP(&output, "output", "o", "", outputHelp("nodes", "node"))
-	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
-	fs.StringVarP(&selector, "selector", "l", "", "Only the nodes matching this label selector.")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready preflight: %v\n", err); return exitCode(2) }
-		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
-			return fail(err)
-		}
-		if err := refuseNamespace(cmd); err != nil {
-			return fail(err)
-		}
-		if err := checkListOutput(output); err != nil {
-			return fail(err)
-		}
-		rule := fleet.ShippedRule()
-		if ruleFile != "" {
-			in := cmd.InOrStdin()
-			if ruleFile != "-" {
-				f, err := os.Open(ruleFile)
-				if err != nil {
-					return fail(fmt.Errorf("--rule: %w", err))
-				}
-				defer f.Close()
-				in = f
-			}
-			var err error
-			if rule, err = fleet.ReadRule(in, ruleFile, corev1.NodeConditionType(condType)); err != nil {
-				return fail(fmt.Errorf("--rule: %w", err))
-			}
-		}
-		client, err := kf.client("certready-preflight/" + version)
-		if err != nil {
-			return fail(err)
-		}
-		nodes, err := listNodes(cmd.Context(), client, selector)
-		if err != nil {
-			return fail(err)
-		}
-		now := time.Now()
-		rows := fleet.Preflight(nodes, rule, now)
-		blocking := fleet.Blocking(rows)
-		findings, findingsErr := readFindings(cmd.Context(), client, nodes, now)
-		install, installErr := readInstallProblems(cmd.Context(), client, nodes)
-		if err := printPreflight(cmd.OutOrStdout(), output, noHeaders, rule, rows, blocking, preflightExtras{findings, findingsErr, install, installErr}); err != nil {
-			return fail(err)
-		}
-		if blocking > 0 || len(install) > 0 {
-			return exitCode(1)
-		}
+	fs.StringVar(&o.ruleFile, "rule", "", "A file holding the NodeReadinessRule to check (- for stdin). Empty: the rule of manifests/overlays/nrc.")
+	fs.StringVar(&o.condType, "condition-type", names.ConditionType, "The agent's node condition.")
+	fs.StringVarP(&o.output, "output", "o", "", outputHelp("nodes", "node"))
+	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table output: no header line and no summary.")
+	fs.StringVarP(&o.selector, "selector", "l", "", "Only the nodes matching this label selector.")
+	return cmd
+}
+
+// Complete reads the rule: --rule's, or the shipped one.
+func (o *preflightOptions) Complete(cmd *cobra.Command, _ []string) error {
+	if err := refuseNamespace(cmd); err != nil {
+		return err
+	}
+	o.rule = fleet.ShippedRule()
+	if o.ruleFile == "" {
 		return nil
 	}
-	return cmd
+	in := cmd.InOrStdin()
+	if o.ruleFile != "-" {
+		f, err := os.Open(o.ruleFile)
+		if err != nil {
+			return fmt.Errorf("--rule: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	var err error
+	if o.rule, err = fleet.ReadRule(in, o.ruleFile, corev1.NodeConditionType(o.condType)); err != nil {
+		return fmt.Errorf("--rule: %w", err)
+	}
+	return nil
+}
+
+func (o *preflightOptions) Validate() error { return checkListOutput(o.output) }
+
+func (o *preflightOptions) Run(ctx context.Context, out io.Writer) error {
+	client, err := o.flags.client("certready-preflight/" + version)
+	if err != nil {
+		return err
+	}
+	nodes, err := listNodes(ctx, client, o.selector)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	rows := fleet.Preflight(nodes, o.rule, now)
+	blocking := fleet.Blocking(rows)
+	findings, findingsErr := readFindings(ctx, client, nodes, now)
+	install, installErr := readInstallProblems(ctx, client, nodes)
+	if err := printPreflight(out, o.output, o.noHeaders, o.rule, rows, blocking, preflightExtras{findings, findingsErr, install, installErr}); err != nil {
+		return err
+	}
+	if blocking > 0 || len(install) > 0 {
+		return exitWith(1, nil)
+	}
+	return nil
 }
 
 // preflightExtras are what preflight reads beside the nodes: the agents'

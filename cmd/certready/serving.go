@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/certready/certready/internal/httpserve"
 	"github.com/certready/certready/internal/securemetrics"
@@ -88,12 +87,10 @@ func (s *servingFlags) limits(reg prometheus.Registerer) (func(overTLS bool) htt
 
 // serveAndRun runs the metrics and health servers beside run, until ctx ends
 // or one of them fails.
-func (s *servingFlags) serveAndRun(ctx context.Context, cfg *rest.Config, reg *prometheus.Registry, ready *httpserve.Readiness, run func(context.Context) error) int {
-	logger := klog.FromContext(ctx)
+func (s *servingFlags) serveAndRun(ctx context.Context, cfg *rest.Config, reg *prometheus.Registry, ready *httpserve.Readiness, run func(context.Context) error) error {
 	tlsCfg, filter, err := s.metricsTLS(cfg, reg)
 	if err != nil {
-		logger.Error(err, "Cannot serve metrics")
-		return 2
+		return fmt.Errorf("cannot serve metrics: %w", err)
 	}
 	var metrics http.Handler = httpserve.MetricsMux(reg, s.profiling)
 	if filter != nil {
@@ -101,8 +98,7 @@ func (s *servingFlags) serveAndRun(ctx context.Context, cfg *rest.Config, reg *p
 	}
 	limits, err := s.limits(reg)
 	if err != nil {
-		logger.Error(err, "Cannot serve")
-		return 2
+		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	type server struct {
@@ -125,15 +121,13 @@ func (s *servingFlags) serveAndRun(ctx context.Context, cfg *rest.Config, reg *p
 	}
 	for _, sv := range servers {
 		if sv.err != nil {
-			logger.Error(sv.err, "Cannot listen")
-			return 1
+			return exitWith(1, fmt.Errorf("cannot listen: %w", sv.err))
 		}
 		g.Go(sv.serve)
 	}
 	g.Go(func() error { return run(gctx) })
 	if err := g.Wait(); err != nil {
-		logger.Error(err, "Stopped")
-		return 1
+		return exitWith(1, fmt.Errorf("stopped: %w", err))
 	}
-	return 0
+	return nil
 }

@@ -15,10 +15,10 @@ import (
 func TestServingLimitsFromFlags(t *testing.T) {
 	parseServing := func(t *testing.T, args ...string) *servingFlags {
 		t.Helper()
-		fs := newFlagSet("agent", "")
+		fs := newFlagSet("agent")
 		s := &servingFlags{}
 		s.add(fs, ":0", ":0", "")
-		if err := parse(fs, args, func(string) (string, bool) { return "", false }); err != nil {
+		if _, err := parse(fs, args, func(string) (string, bool) { return "", false }); err != nil {
 			t.Fatal(err)
 		}
 		return s

@@ -3,10 +3,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -20,12 +20,18 @@ import (
 	"github.com/certready/certready/reporter/fleet"
 )
 
-// newStatusCommand is the fleet view: one line per node. Exit 0: every
+// statusOptions are the fleet view's: one line per node. Exit 0: every
 // (listed) node is ready or runs no agent by design; 1: some are not; 2:
 // could not read the cluster.
+type statusOptions struct {
+	view                *fleetView
+	output, sortExpr    string
+	problems, noHeaders bool
+	printer             func(io.Writer, []fleet.NodeStatus, time.Time) error
+}
+
 func newStatusCommand() *cobra.Command {
-	var output, sortExpr string
-	var problems, noHeaders bool
+	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:     "status",
 		GroupID: "fleet",
@@ -39,59 +45,61 @@ func newStatusCommand() *cobra.Command {
 			"Exit 0: every node listed is ready or runs no agent by design; 1: some are not; 2: error.",
 		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker --problems -o name\n  certready status -o go-template='{{range .nodes}}{{.node}} {{.notAfter}}{{\"\\n\"}}{{end}}'",
 		Args:    cobra.NoArgs,
+		RunE:    runOperator(o),
 	}
-	view := newFleetView(cmd)
+	o.view = newFleetView(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
-	fs.BoolVar(&noHeaders, "no-headers", false, "Table output: no header line and no summary.")
-	fs.BoolVar(&problems, "problems", false, "Only the nodes that are not ready.")
-	fs.StringVar(&sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready status: %v\n", err); return exitCode(2) }
-		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
-			return fail(err)
-		}
-		if err := refuseNamespace(cmd); err != nil {
-			return fail(err)
-		}
-		printer, err := statusPrinter(output, noHeaders)
-		if err != nil {
-			return fail(err)
-		}
-		if err := sortBy([]fleet.NodeStatus{}, sortExpr); err != nil { // a bad expression, before the cluster is read
-			return fail(err)
-		}
-		now := time.Now()
-		text := (output == "" || output == "wide") && !noHeaders
-		nodes, rows, findings, err := view.readWithFindings(cmd.Context(), "certready-status/"+version, now, text)
-		if err != nil {
-			return fail(err)
-		}
-		notReady, noAgent := len(fleet.Problems(rows)), 0
-		for _, r := range rows {
-			if r.NoAgent != "" {
-				noAgent++
-			}
-		}
-		if problems {
-			rows = fleet.Problems(rows)
-		}
-		if err := sortBy(rows, sortExpr); err != nil {
-			return fail(err)
-		}
-		if err := printer(cmd.OutOrStdout(), rows, now); err != nil {
-			return fail(err)
-		}
-		if text {
-			fmt.Fprint(cmd.OutOrStdout(), summary(len(nodes), notReady, noAgent))
-			printFindings(cmd.OutOrStdout(), findings.list, findings.err)
-		}
-		if notReady > 0 {
-			return exitCode(1)
-		}
-		return nil
-	}
+	fs.StringVarP(&o.output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
+	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table output: no header line and no summary.")
+	fs.BoolVar(&o.problems, "problems", false, "Only the nodes that are not ready.")
+	fs.StringVar(&o.sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
 	return cmd
+}
+
+func (o *statusOptions) Complete(cmd *cobra.Command, _ []string) error {
+	return refuseNamespace(cmd)
+}
+
+// Validate refuses a bad output or sort expression before the cluster is
+// read.
+func (o *statusOptions) Validate() error {
+	var err error
+	if o.printer, err = statusPrinter(o.output, o.noHeaders); err != nil {
+		return err
+	}
+	return sortBy([]fleet.NodeStatus{}, o.sortExpr)
+}
+
+func (o *statusOptions) Run(ctx context.Context, out io.Writer) error {
+	now := time.Now()
+	text := (o.output == "" || o.output == "wide") && !o.noHeaders
+	nodes, rows, findings, err := o.view.readWithFindings(ctx, "certready-status/"+version, now, text)
+	if err != nil {
+		return err
+	}
+	notReady, noAgent := len(fleet.Problems(rows)), 0
+	for _, r := range rows {
+		if r.NoAgent != "" {
+			noAgent++
+		}
+	}
+	if o.problems {
+		rows = fleet.Problems(rows)
+	}
+	if err := sortBy(rows, o.sortExpr); err != nil {
+		return err
+	}
+	if err := o.printer(out, rows, now); err != nil {
+		return err
+	}
+	if text {
+		fmt.Fprint(out, summary(len(nodes), notReady, noAgent))
+		printFindings(out, findings.list, findings.err)
+	}
+	if notReady > 0 {
+		return exitWith(1, nil)
+	}
+	return nil
 }
 
 // summary is the line under the table: ready nodes of those that should

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +16,17 @@ import (
 	"github.com/certready/certready/reporter/fleet"
 )
 
-// newVerifyCommand is the runbook's before/after acceptance of a
-// renewal. Exit 0: every node passed; 1: some did not; 2: error.
+// verifyOptions are the runbook's before/after acceptance of a renewal.
+// Exit 0: every node passed; 1: some did not; 2: error.
+type verifyOptions struct {
+	view                *fleetView
+	baseline, output    string
+	noHeaders, caChange bool
+	before              []fleet.NodeStatus
+}
+
 func newVerifyCommand() *cobra.Command {
-	var baseline, output string
-	var noHeaders bool
-	var caChange bool
+	o := &verifyOptions{}
 	cmd := &cobra.Command{
 		Use:     "verify --baseline before.json",
 		GroupID: "fleet",
@@ -32,47 +38,48 @@ func newVerifyCommand() *cobra.Command {
 			"Exit 0: every node passed; 1: some did not; 2: error.",
 		Example: "  certready status -o json > before.json\n  # renew (e.g. restart kubelets with a short rotation, or wait for rotation)\n  certready verify --baseline before.json\n  certready verify --baseline before.json -l node-role.kubernetes.io/worker -o json",
 		Args:    cobra.NoArgs,
+		RunE:    runOperator(o),
 	}
-	view := newFleetView(cmd) // -l selects now and in the baseline
+	o.view = newFleetView(cmd) // -l selects now and in the baseline
 	fs := cmd.Flags()
-	fs.StringVar(&baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
-	fs.StringVarP(&output, "output", "o", "", outputHelp("nodes", "node"))
-	fs.BoolVar(&noHeaders, "no-headers", false, "Table and custom-columns output: no header line and no summary.")
-	fs.BoolVar(&caChange, "expect-ca-change", false, "The renewal is a CA rotation's re-issue: each node must chain to another CA than in the baseline. Without it, a node whose CA changed fails.")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		fail := func(err error) error { fmt.Fprintf(os.Stderr, "certready verify: %v\n", err); return exitCode(2) }
-		if err := fillFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
-			return fail(err)
-		}
-		if err := refuseNamespace(cmd); err != nil {
-			return fail(err)
-		}
-		if err := checkListOutput(output); err != nil {
-			return fail(err)
-		}
-		before, err := readBaseline(baseline)
-		if err != nil {
-			return fail(err)
-		}
-		nodes, now, err := view.read(cmd.Context(), "certready-verify/"+version, time.Now())
-		if err != nil {
-			return fail(err)
-		}
-		if view.selector != "" {
-			before = selected(before, nodes)
-		}
-		rows := fleet.Verify(before, now, caChange)
-		if err := printVerify(cmd.OutOrStdout(), output, noHeaders, rows); err != nil {
-			return fail(err)
-		}
-		for _, r := range rows {
-			if !r.Passed {
-				return exitCode(1)
-			}
-		}
-		return nil
-	}
+	fs.StringVar(&o.baseline, "baseline", "", "The fleet before the renewal: the output of 'certready status -o json' (or -o yaml). Required.")
+	fs.StringVarP(&o.output, "output", "o", "", outputHelp("nodes", "node"))
+	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table and custom-columns output: no header line and no summary.")
+	fs.BoolVar(&o.caChange, "expect-ca-change", false, "The renewal is a CA rotation's re-issue: each node must chain to another CA than in the baseline. Without it, a node whose CA changed fails.")
 	return cmd
+}
+
+// Complete reads the baseline.
+func (o *verifyOptions) Complete(cmd *cobra.Command, _ []string) error {
+	if err := refuseNamespace(cmd); err != nil {
+		return err
+	}
+	var err error
+	o.before, err = readBaseline(o.baseline)
+	return err
+}
+
+func (o *verifyOptions) Validate() error { return checkListOutput(o.output) }
+
+func (o *verifyOptions) Run(ctx context.Context, out io.Writer) error {
+	nodes, now, err := o.view.read(ctx, "certready-verify/"+version, time.Now())
+	if err != nil {
+		return err
+	}
+	before := o.before
+	if o.view.selector != "" {
+		before = selected(before, nodes)
+	}
+	rows := fleet.Verify(before, now, o.caChange)
+	if err := printVerify(out, o.output, o.noHeaders, rows); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if !r.Passed {
+			return exitWith(1, nil)
+		}
+	}
+	return nil
 }
 
 // readBaseline reads status -o json (or yaml) output.
