@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -484,11 +486,11 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 		a.writerUID = node.UID
 	}
 	now := a.now()
-	in := verdict.Input{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version,
+	in := evidence.Evidence{Node: observe.NodeInfo(node, a.cfg.PreferredAddressTypes), Now: now, Agent: a.cfg.Version,
 		RequireAPIPath: a.cfg.APIServerProof == apipath.Required, Inventory: a.inventory.Lookup()}
 	if a.cfg.Clock != nil {
 		if r := a.cfg.Clock.Read(); r.Known {
-			in.Clock = verdict.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
+			in.Clock = evidence.Clock{Known: true, Skew: r.Skew, Max: a.cfg.MaxClockSkew}
 			a.metrics.clockSkew.Set(r.Skew.Seconds())
 		}
 	}
@@ -584,7 +586,7 @@ func (a *Agent) Check(ctx context.Context) (time.Duration, error) {
 // after), in the log and in certready_certificate_rotations_total. The
 // first certificate a process proves is no rotation: what came before a
 // restart is not known here.
-func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.Input) {
+func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in evidence.Evidence) {
 	if in.File.Leaf == nil {
 		return
 	}
@@ -613,7 +615,7 @@ func (a *Agent) noteServed(ctx context.Context, node *corev1.Node, in verdict.In
 // cause. The condition is left as it is: the certificate still works. It
 // returns how long until the cause is due to be reported (0: nothing to
 // wait for).
-func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) time.Duration {
+func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in evidence.Evidence, now time.Time) time.Duration {
 	leaf := in.File.Leaf
 	if leaf == nil {
 		return 0
@@ -664,7 +666,7 @@ func (a *Agent) noteRenewal(ctx context.Context, node *corev1.Node, in verdict.I
 // recordVerdict writes a change of the condition to the ledger, with the
 // certificate and CSR it was judged on where there is one. Its time is the
 // event's key: two changes to the same state are two events.
-func (a *Agent) recordVerdict(at time.Time, v verdict.Verdict, in verdict.Input) {
+func (a *Agent) recordVerdict(at time.Time, v verdict.Verdict, in evidence.Evidence) {
 	if a.cfg.Ledger == nil {
 		return
 	}
@@ -740,7 +742,7 @@ func (a *Agent) watchdog(ctx context.Context) {
 		a.metrics.writes.WithLabelValues("Stalled").Inc()
 		a.metrics.published(v, now, true)
 		logger.Info("Checks are stalled: condition set to Unknown", "since", last, "stage", *a.stage.Load())
-		a.recordVerdict(now, v, verdict.Input{})
+		a.recordVerdict(now, v, evidence.Evidence{})
 		if n, err := a.nodes.Get(a.cfg.NodeName); err == nil && a.recorder != nil {
 			a.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
 				corev1.EventTypeWarning, string(v.Reason), "%s=%s: %s", a.cfg.ConditionType, v.Status, v.Message)
@@ -826,7 +828,7 @@ const findingEventEvery = 30 * time.Minute
 // this check saw; a check that did not look at the kubelet port leaves it)
 // and records it as a Node event when first made, then every
 // findingEventEvery while it holds.
-func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in verdict.Input, now time.Time) {
+func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in evidence.Evidence, now time.Time) {
 	if in.Endpoint == nil {
 		return
 	}
@@ -850,7 +852,7 @@ func (a *Agent) noteFinding(ctx context.Context, node *corev1.Node, in verdict.I
 // noteDrift exports whether the Node's addresses drifted from the
 // inventory's record and records each new drift as a Warning Node event
 // NodeAddressDrift (once per distinct drift, in this process).
-func (a *Agent) noteDrift(ctx context.Context, node *corev1.Node, in verdict.Input) {
+func (a *Agent) noteDrift(ctx context.Context, node *corev1.Node, in evidence.Evidence) {
 	if a.inventory == nil {
 		return
 	}

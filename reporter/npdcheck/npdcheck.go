@@ -23,6 +23,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	cpmtypes "k8s.io/node-problem-detector/pkg/custompluginmonitor/types"
 
@@ -112,7 +114,7 @@ func evaluate(ctx context.Context, o Options) (verdict.Verdict, *corev1.Node, er
 		o.CSRRetention = time.Hour
 	}
 	check := observe.Check{PKIDir: o.PKIDir, CAFile: o.CAFile, KubeletPort: o.KubeletPort, ProbeTimeout: o.Timeout, CSRRetention: o.CSRRetention}
-	in := verdict.Input{Node: verdict.Node{Name: o.NodeName, InternalIPs: o.NodeIPs}, Now: o.Now}
+	in := evidence.Evidence{Node: evidence.Node{Name: o.NodeName, InternalIPs: o.NodeIPs}, Now: o.Now}
 	var node *corev1.Node
 	if o.Client != nil {
 		var err error

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +28,6 @@ import (
 
 	"github.com/certready/certready/internal/inventorydoc"
 	"github.com/certready/certready/internal/nodeapi"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
 // Source is one inventory, as it concerns one node. A nil *Source is
@@ -176,11 +177,11 @@ func parseConfigMap(cm *corev1.ConfigMap) (map[string]inventorydoc.Record, error
 
 // Lookup is what the inventory records for the node, nil without an
 // inventory.
-func (s *Source) Lookup() *verdict.Inventory {
+func (s *Source) Lookup() *evidence.Inventory {
 	if s == nil {
 		return nil
 	}
-	out := &verdict.Inventory{Source: s.spec.Describe()}
+	out := &evidence.Inventory{Source: s.spec.Describe()}
 	var r record
 	if s.spec.Kind == "file" {
 		var recs map[string]inventorydoc.Record

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -17,10 +19,9 @@ import (
 	"github.com/certready/certready/internal/nodeapi/nodeapitest"
 	"github.com/certready/certready/internal/testwait"
 	"github.com/certready/certready/reporter/agent/nodeinventory"
-	"github.com/certready/certready/reporter/servingcert/verdict"
 )
 
-func describe(inv *verdict.Inventory) string {
+func describe(inv *evidence.Inventory) string {
 	if inv == nil {
 		return "none"
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -45,18 +47,18 @@ func TestTheInventorysAddressIsTheOneDialled(t *testing.T) {
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.5"}, {Type: corev1.NodeHostName, Address: "w1"}}
 	for _, tc := range []struct {
 		name        string
-		inv         *verdict.Inventory
+		inv         *evidence.Inventory
 		wantAddr    string
 		wantOutcome probe.Outcome
 		wantDrift   string
 	}{
 		{name: "no inventory: the Node's InternalIP", wantAddr: "127.0.0.5", wantOutcome: probe.Unreachable},
-		{name: "not listed: the Node's InternalIP", inv: &verdict.Inventory{Source: "file inv.yaml"}, wantAddr: "127.0.0.5", wantOutcome: probe.Unreachable},
-		{name: "listed: the inventory's address", inv: &verdict.Inventory{Source: "file inv.yaml", Listed: true, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
+		{name: "not listed: the Node's InternalIP", inv: &evidence.Inventory{Source: "file inv.yaml"}, wantAddr: "127.0.0.5", wantOutcome: probe.Unreachable},
+		{name: "listed: the inventory's address", inv: &evidence.Inventory{Source: "file inv.yaml", Listed: true, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
 			wantAddr: "127.0.0.1", wantOutcome: probe.Presented, wantDrift: "the Node reports 127.0.0.5 (InternalIP), which it does not record; it records 127.0.0.1, which the Node does not report; the agent dials the inventory's 127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := verdict.Input{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true, Inventory: tc.inv}
+			in := evidence.Evidence{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true, Inventory: tc.inv}
 			target := observe.EndpointTarget(in, port, 2*time.Second)
 			if want := net.JoinHostPort(tc.wantAddr, portText); target.Addr != want {
 				t.Fatalf("probe dials %s, want %s", target.Addr, want)

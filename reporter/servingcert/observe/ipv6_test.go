@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -57,7 +59,7 @@ func TestIPv6AndDualStackNodes(t *testing.T) {
 			for _, a := range tc.addrs {
 				node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
 			}
-			in := verdict.Input{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
+			in := evidence.Evidence{Node: observe.NodeInfo(node, nil), Now: time.Now(), CA: ca.Pool(), File: certfile.Read(dir), SkipCSR: true}
 			target := observe.EndpointTarget(in, port, 5*time.Second)
 			if want := tc.wantAddr + ":" + strconv.Itoa(port); target.Addr != want {
 				t.Fatalf("probe dials %s, want %s", target.Addr, want)

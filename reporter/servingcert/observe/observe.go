@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -72,7 +74,7 @@ type Check struct {
 // has set) and returns it. node is the Node object when read (nil
 // without API credentials). A cancelled ctx cuts the probe short: the
 // caller must not publish a verdict from it.
-func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) verdict.Input {
+func (c Check) Run(ctx context.Context, in evidence.Evidence, node *corev1.Node) evidence.Evidence {
 	stage := func(s string) {
 		if c.Stage != nil {
 			c.Stage(s)
@@ -108,7 +110,7 @@ func (c Check) Run(ctx context.Context, in verdict.Input, node *corev1.Node) ver
 		if c.Remembered != nil && !in.File.Fingerprint.IsZero() {
 			remembered = c.Remembered(in.File.Fingerprint)
 		}
-		ev := &verdict.CSREvidence{Retention: c.CSRRetention, Remembered: remembered}
+		ev := &evidence.CSR{Retention: c.CSRRetention, Remembered: remembered}
 		ev.Match, ev.LookupErr = c.CSRs.Evidence(ctx, in.Now, in.File.Fingerprint, remembered != nil)
 		in.CSR = ev
 		done(verdict.StepCSR, start)
@@ -174,7 +176,7 @@ func KubeletPort(flag int, node *corev1.Node) int {
 // server's address, else the node name), and the certificate is verified
 // for the address the API server dials (in.Node.Dial). Without one: the
 // dialled IP, or the node name for a DNS-only certificate.
-func EndpointTarget(in verdict.Input, port int, timeout time.Duration) probe.Target {
+func EndpointTarget(in evidence.Evidence, port int, timeout time.Duration) probe.Target {
 	host, name := in.Node.Name, in.Node.Name
 	if in.Node.Dial != "" {
 		host = in.Node.Dial
@@ -217,14 +219,14 @@ func ParseAddressTypes(s string) ([]corev1.NodeAddressType, error) {
 // NodeInfo is what the verdict needs of a Node: its name, InternalIPs and
 // the address the API server dials, the first one found in preferred
 // (DefaultPreferredAddressTypes when empty), as the API server picks it.
-func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) verdict.Node {
-	info := verdict.Node{Name: n.Name}
+func NodeInfo(n *corev1.Node, preferred []corev1.NodeAddressType) evidence.Node {
+	info := evidence.Node{Name: n.Name}
 	for _, addr := range n.Status.Addresses {
 		ip, err := netip.ParseAddr(addr.Address)
 		if err != nil || ip.Zone() != "" {
 			continue
 		}
-		info.Reported = append(info.Reported, verdict.ReportedAddress{Type: string(addr.Type), IP: ip.Unmap()})
+		info.Reported = append(info.Reported, evidence.ReportedAddress{Type: string(addr.Type), IP: ip.Unmap()})
 		if addr.Type == corev1.NodeInternalIP {
 			info.InternalIPs = append(info.InternalIPs, ip.Unmap())
 		}

@@ -4,46 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/certready/certready/reporter/servingcert/evidence"
 )
-
-// Inventory is what a desired-state inventory (--inventory: a ConfigMap or
-// a file the node cannot write) records for the node. The agent dials the
-// address it records, and the verdict names the drift of the Node's own
-// addresses from it; it decides no status.
-type Inventory struct {
-	// Source names it in messages ("ConfigMap certready-system/inventory").
-	Source string
-	// Err: it could not be read (absent, unparsable); the Node's
-	// addresses are used, and the message says so.
-	Err error
-	// Listed: it has an entry for this node (IPs and DNSNames).
-	Listed   bool
-	IPs      []netip.Addr
-	DNSNames []string
-}
-
-// ReportedAddress is one IP address in the Node's status.addresses.
-type ReportedAddress struct {
-	Type string // InternalIP, ExternalIP, ...
-	IP   netip.Addr
-}
-
-// DialIP is the inventory's address the agent dials: its first IP of the
-// family of the Node's first InternalIP (its first IP when the Node reports
-// none of that family); ok is false without a listed IP.
-func (inv *Inventory) DialIP(n Node) (netip.Addr, bool) {
-	if inv == nil || inv.Err != nil || !inv.Listed || len(inv.IPs) == 0 {
-		return netip.Addr{}, false
-	}
-	if len(n.InternalIPs) > 0 {
-		for _, ip := range inv.IPs {
-			if ip.Unmap().Is4() == n.InternalIPs[0].Unmap().Is4() {
-				return ip.Unmap(), true
-			}
-		}
-	}
-	return inv.IPs[0].Unmap(), true
-}
 
 // driftListMax bounds each list a drift names: an inventory or a Node
 // with many addresses must not grow the condition past what a status patch
@@ -55,7 +18,7 @@ const driftListMax = 4
 // agree or there is nothing to compare (no inventory, not listed, not
 // readable: inventoryNote says so). Each address is named once, at most
 // driftListMax of each kind.
-func Drift(in Input) string {
+func Drift(in evidence.Evidence) string {
 	inv := in.Inventory
 	if inv == nil || inv.Err != nil || !inv.Listed {
 		return ""
@@ -112,7 +75,7 @@ func bounded(items []string) string {
 
 // inventoryNote is what a message says of an inventory that could not be
 // used for this node, or "".
-func inventoryNote(in Input) string {
+func inventoryNote(in evidence.Evidence) string {
 	inv := in.Inventory
 	switch {
 	case inv == nil:
@@ -126,7 +89,7 @@ func inventoryNote(in Input) string {
 }
 
 // inventoryNotes is "; " and what Drift and inventoryNote say, or "".
-func inventoryNotes(in Input) string {
+func inventoryNotes(in evidence.Evidence) string {
 	var out string
 	for _, n := range []string{Drift(in), inventoryNote(in)} {
 		if n != "" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	"github.com/certready/certready/reporter/servingcert/probe"
 	"github.com/certready/certready/reporter/servingcert/verdict"
 )
@@ -18,10 +20,10 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-func reported(typ string, s ...string) []verdict.ReportedAddress {
-	var out []verdict.ReportedAddress
+func reported(typ string, s ...string) []evidence.ReportedAddress {
+	var out []evidence.ReportedAddress
 	for _, a := range addrs(s...) {
-		out = append(out, verdict.ReportedAddress{Type: typ, IP: a})
+		out = append(out, evidence.ReportedAddress{Type: typ, IP: a})
 	}
 	return out
 }
@@ -34,44 +36,44 @@ func TestInventoryDriftIsNamedNeverDecided(t *testing.T) {
 	const src = "ConfigMap certready-system/certready-inventory"
 	for _, tc := range []struct {
 		name       string
-		change     func(in *verdict.Input)
+		change     func(in *evidence.Evidence)
 		wantReason verdict.Reason
 		want       []string // in the message
 		wantNot    []string
 	}{
-		{name: "no inventory: nothing said", change: func(*verdict.Input) {},
+		{name: "no inventory: nothing said", change: func(*evidence.Evidence) {},
 			wantReason: verdict.Ready, wantNot: []string{"inventory"}},
-		{name: "the inventory agrees", change: func(in *verdict.Input) {
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
+		{name: "the inventory agrees", change: func(in *evidence.Evidence) {
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
 		}, wantReason: verdict.Ready, wantNot: []string{"drift", "inventory"}},
-		{name: "the Node reports an address the inventory does not record", change: func(in *verdict.Input) {
+		{name: "the Node reports an address the inventory does not record", change: func(in *evidence.Evidence) {
 			in.Node.Reported = append(in.Node.Reported, reported("ExternalIP", "203.0.113.5")...)
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
 		}, wantReason: verdict.Ready, want: []string{"drifted from the inventory (" + src + ")", "the Node reports 203.0.113.5 (ExternalIP), which it does not record", "the agent dials the inventory's 192.0.2.11"}},
-		{name: "the inventory records an address the Node does not report", change: func(in *verdict.Input) {
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11", "2001:db8::11")}
+		{name: "the inventory records an address the Node does not report", change: func(in *evidence.Evidence) {
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11", "2001:db8::11")}
 		}, wantReason: verdict.Ready, want: []string{"it records 2001:db8::11, which the Node does not report"}},
-		{name: "the Node moved: the API server dials an address the certificate lacks", change: func(in *verdict.Input) {
+		{name: "the Node moved: the API server dials an address the certificate lacks", change: func(in *evidence.Evidence) {
 			in.Node.InternalIPs = addrs("198.51.100.11")
 			in.Node.Reported = reported("InternalIP", "198.51.100.11")
 			in.Node.Dial = "198.51.100.11"
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
 		}, wantReason: verdict.CertificateIdentityMismatch, want: []string{"198.51.100.11", "the Node reports 198.51.100.11 (InternalIP), which it does not record", "it records 192.0.2.11, which the Node does not report", "the agent dials the inventory's 192.0.2.11"}},
-		{name: "each address once, at most four of each kind", change: func(in *verdict.Input) {
+		{name: "each address once, at most four of each kind", change: func(in *evidence.Evidence) {
 			in.Node.Reported = append(in.Node.Reported, reported("ExternalIP", "192.0.2.11", "203.0.113.1", "203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4", "203.0.113.5")...)
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11", "192.0.2.11", "2001:db8::1", "2001:db8::1")}
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11", "192.0.2.11", "2001:db8::1", "2001:db8::1")}
 		}, wantReason: verdict.Ready, want: []string{"the Node reports 203.0.113.1 (ExternalIP), 203.0.113.2 (ExternalIP), 203.0.113.3 (ExternalIP), 203.0.113.4 (ExternalIP) and 1 more, which it does not record",
 			"it records 2001:db8::1, which the Node does not report"}, wantNot: []string{"203.0.113.5", "2001:db8::1, 2001:db8::1"}},
-		{name: "not listed", change: func(in *verdict.Input) {
-			in.Inventory = &verdict.Inventory{Source: src}
+		{name: "not listed", change: func(in *evidence.Evidence) {
+			in.Inventory = &evidence.Inventory{Source: src}
 		}, wantReason: verdict.Ready, want: []string{"the inventory (" + src + ") does not list this node, so the Node's addresses were used"}},
-		{name: "unreadable", change: func(in *verdict.Input) {
-			in.Inventory = &verdict.Inventory{Source: src, Err: errors.New("the ConfigMap does not exist")}
+		{name: "unreadable", change: func(in *evidence.Evidence) {
+			in.Inventory = &evidence.Inventory{Source: src, Err: errors.New("the ConfigMap does not exist")}
 		}, wantReason: verdict.Ready, want: []string{"cannot be read, so the Node's addresses were used: the ConfigMap does not exist"}},
-		{name: "a failing verdict names the drift too", change: func(in *verdict.Input) {
+		{name: "a failing verdict names the drift too", change: func(in *evidence.Evidence) {
 			in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "connection refused"}
 			in.Node.Reported = append(in.Node.Reported, reported("InternalIP", "192.0.2.99")...)
-			in.Inventory = &verdict.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
+			in.Inventory = &evidence.Inventory{Source: src, Listed: true, IPs: addrs("192.0.2.11")}
 		}, wantReason: verdict.EndpointUnreachable, want: []string{"the Node reports 192.0.2.99 (InternalIP), which it does not record"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,23 +106,23 @@ func TestInventoryDriftIsNamedNeverDecided(t *testing.T) {
 func TestTheInventorysAddressIsDialledInTheNodesFamily(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		inv      *verdict.Inventory
+		inv      *evidence.Inventory
 		internal []netip.Addr
 		want     string // "": none
 	}{
 		{name: "no inventory", inv: nil, internal: addrs("192.0.2.11")},
-		{name: "unreadable", inv: &verdict.Inventory{Err: errors.New("x"), Listed: true, IPs: addrs("192.0.2.12")}},
-		{name: "not listed", inv: &verdict.Inventory{}},
-		{name: "listed without IPs", inv: &verdict.Inventory{Listed: true, DNSNames: []string{"w1.example"}}},
-		{name: "first IP", inv: &verdict.Inventory{Listed: true, IPs: addrs("192.0.2.12", "192.0.2.13")}, want: "192.0.2.12"},
-		{name: "the family of the Node's InternalIP", inv: &verdict.Inventory{Listed: true, IPs: addrs("2001:db8::12", "192.0.2.12")},
+		{name: "unreadable", inv: &evidence.Inventory{Err: errors.New("x"), Listed: true, IPs: addrs("192.0.2.12")}},
+		{name: "not listed", inv: &evidence.Inventory{}},
+		{name: "listed without IPs", inv: &evidence.Inventory{Listed: true, DNSNames: []string{"w1.example"}}},
+		{name: "first IP", inv: &evidence.Inventory{Listed: true, IPs: addrs("192.0.2.12", "192.0.2.13")}, want: "192.0.2.12"},
+		{name: "the family of the Node's InternalIP", inv: &evidence.Inventory{Listed: true, IPs: addrs("2001:db8::12", "192.0.2.12")},
 			internal: addrs("192.0.2.11"), want: "192.0.2.12"},
-		{name: "no IP of that family: the first", inv: &verdict.Inventory{Listed: true, IPs: addrs("2001:db8::12")},
+		{name: "no IP of that family: the first", inv: &evidence.Inventory{Listed: true, IPs: addrs("2001:db8::12")},
 			internal: addrs("192.0.2.11"), want: "2001:db8::12"},
-		{name: "IPv4-mapped is IPv4", inv: &verdict.Inventory{Listed: true, IPs: addrs("::ffff:192.0.2.12")}, want: "192.0.2.12"},
+		{name: "IPv4-mapped is IPv4", inv: &evidence.Inventory{Listed: true, IPs: addrs("::ffff:192.0.2.12")}, want: "192.0.2.12"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := tc.inv.DialIP(verdict.Node{InternalIPs: tc.internal})
+			got, ok := tc.inv.DialIP(evidence.Node{InternalIPs: tc.internal})
 			if (tc.want == "") == ok || (ok && got.String() != tc.want) {
 				t.Errorf("DialIP = %v %v, want %q", got, ok, tc.want)
 			}

@@ -1,10 +1,11 @@
 // Package verdict turns observations of one node (installed file, CSRs,
 // kubelet endpoint) into the KubeletServingCertNotReady condition: a status,
 // one reason per failure class and a message an operator can act on. It is a
-// pure function of its Input: no I/O, no clock, no state.
+// pure function of the evidence one check gathered (package evidence, filled
+// by package observe): no I/O, no clock, no state.
 //
-// The checks run in order (file, certificate, CSR, endpoint) and the first
-// failure decides. False ("ready") is returned only when every check ran and
+// The steps run in order (file, certificate, CSR, endpoint, API server path)
+// and the first failure decides. False ("ready") is returned only when every check ran and
 // passed: a missing observation gives Unknown, never False.
 package verdict
 
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/fingerprint"
@@ -24,7 +27,6 @@ import (
 	"github.com/certready/certready/reporter/servingcert/apipath"
 	"github.com/certready/certready/reporter/servingcert/certfile"
 	"github.com/certready/certready/reporter/servingcert/csrmatch"
-	"github.com/certready/certready/reporter/servingcert/kubeletconfig"
 	"github.com/certready/certready/reporter/servingcert/probe"
 )
 
@@ -43,106 +45,6 @@ const (
 
 // Steps lists the steps in the order they run.
 var Steps = []Step{StepFile, StepCertificate, StepCSR, StepEndpoint, StepAPIServerPath}
-
-// Input is everything the verdict is computed from.
-type Input struct {
-	Node Node
-	// Agent is the version of the agent judging, stated in a Ready
-	// message's facts.
-	Agent string
-	// Now is the node's own clock.
-	Now time.Time
-	// Clock compares the node's clock with the API server's. When it is
-	// known, validity is judged by the API server's clock (a node clock
-	// behind real time would call an expired certificate valid), and a
-	// skew beyond its Max is a failure of its own (ClockSkew).
-	Clock Clock
-	// CA verifies kubelet serving certificates; CAErr says why it could not
-	// be loaded (then nothing can be verified and the verdict is Unknown).
-	CA    *x509.CertPool
-	CAErr error
-	File  certfile.Observation
-	// CSR is nil when the CSRs were not looked at.
-	CSR *CSREvidence
-	// SkipCSR allows a verdict without CSR evidence (the node-problem-detector
-	// plugin without API credentials); the message then says so.
-	SkipCSR bool
-	// Endpoint is nil when the kubelet port was not probed.
-	Endpoint *probe.Result
-	// RequireAPIPath: the ready verdict needs APIPath proven as well
-	// (--apiserver-proof=required); APIPath is nil when it was not asked.
-	RequireAPIPath bool
-	APIPath        *apipath.Result
-	// Kubelet is what the kubelet's configuration file says about
-	// rotation (zero: not read). A kubelet configured without
-	// serverTLSBootstrap never requests a serving certificate: a verdict
-	// that is not ready names that cause at once
-	// (KubeletServingBootstrapOff).
-	Kubelet kubeletconfig.Settings
-	// Unverified is what the API server answered when asked for this
-	// pod's log while the kubelet presented a certificate the CA does not
-	// verify (nil: not asked). Proven means the API server verifies no
-	// kubelet: a finding about the cluster (APIServerVerifiesNoKubelet),
-	// never a ready verdict.
-	Unverified *apipath.Result
-	// Inventory is what a desired-state inventory records for this node
-	// (nil: none configured).
-	Inventory *Inventory
-	// ClientNotAfter is the expiry of the kubelet's client certificate
-	// (<pki-dir>/kubelet-client-current.pem), zero when it could not be
-	// read. It is stated in a Ready message's facts and judges nothing.
-	ClientNotAfter time.Time
-}
-
-// Clock is the node's clock against the API server's (the Date of its
-// responses).
-type Clock struct {
-	Known bool
-	// Skew is the node's clock minus the API server's (negative: behind).
-	Skew time.Duration
-	// Max is the largest skew tolerated either way; 0: no bound.
-	Max time.Duration
-}
-
-// ValidityTime is the time validity is judged by: the API server's when
-// known, else the node's.
-func (in Input) ValidityTime() time.Time {
-	if in.Clock.Known {
-		return in.Now.Add(-in.Clock.Skew)
-	}
-	return in.Now
-}
-
-// Node is what the verdict needs to know about the node.
-type Node struct {
-	Name        string
-	InternalIPs []netip.Addr
-	// Dial is the address the API server dials for logs, exec and
-	// port-forward (the first of the node's addresses in its
-	// --kubelet-preferred-address-types order): an IP or a DNS name the
-	// certificate must cover. Empty: not known.
-	Dial string
-	// DialType names Dial's address type, for messages.
-	DialType string
-	// Reported are the IP addresses in the Node's status.addresses, with
-	// their types, to compare with an inventory (Drift).
-	Reported []ReportedAddress
-}
-
-// CSREvidence is what the CSRs say, plus the proofs that survive the
-// controller manager's one-hour garbage collection of issued CSRs.
-type CSREvidence struct {
-	Match csrmatch.Result
-	// LookupErr is set when the CSRs could not be read.
-	LookupErr error
-	// Remembered is the CSR that proved this very fingerprint earlier in this
-	// process, if any: it may since have been garbage-collected.
-	Remembered *csrmatch.Result
-	// Retention is how long issued CSRs are kept (the controller manager's
-	// one hour). A certificate older than that that chains to the CA with
-	// this node's identity is accepted without a CSR.
-	Retention time.Duration
-}
 
 // Result is one step's outcome, for metrics.
 type Result struct {
@@ -185,7 +87,7 @@ func (v Verdict) Transient() bool { return v.Reason.Transient() || v.fileMissing
 func (v Verdict) Ready() bool { return v.Status == corev1.ConditionFalse }
 
 // Evaluate computes the verdict.
-func Evaluate(in Input) Verdict {
+func Evaluate(in evidence.Evidence) Verdict {
 	v := evaluate(in)
 	if k := in.Kubelet; k.Known && !k.ServerTLSBootstrap && v.Status == corev1.ConditionTrue && servesNoIssuedCertificate(in) {
 		// The cause of what the checks found, as the evidence agrees: no
@@ -210,7 +112,7 @@ func Evaluate(in Input) Verdict {
 // servesNoIssuedCertificate reports whether the evidence shows a kubelet
 // without a certificate from the kubelet-serving signer in use: no file
 // installed, or a presented certificate that is not the installed one.
-func servesNoIssuedCertificate(in Input) bool {
+func servesNoIssuedCertificate(in evidence.Evidence) bool {
 	if in.File.State == certfile.Missing {
 		return true
 	}
@@ -221,7 +123,7 @@ func servesNoIssuedCertificate(in Input) bool {
 // APIServerVerifiesNoKubelet reports the cluster finding of in: the
 // kubelet presented a certificate the CA does not verify and the API
 // server still read the pod's log through it.
-func APIServerVerifiesNoKubelet(in Input) bool {
+func APIServerVerifiesNoKubelet(in evidence.Evidence) bool {
 	return Unverifiable(in) && in.Unverified != nil && in.Unverified.Outcome == apipath.Proven
 }
 
@@ -230,12 +132,12 @@ func APIServerVerifiesNoKubelet(in Input) bool {
 // verifies kubelets with that CA must refuse, whatever address it dials.
 // A certificate of the CA for another name or past its validity is not
 // one: the API server may dial a name it covers.
-func Unverifiable(in Input) bool {
+func Unverifiable(in evidence.Evidence) bool {
 	ep := in.Endpoint
 	return in.CA != nil && in.CAErr == nil && ep != nil && ep.Outcome == probe.Presented && ep.VerifyErr != nil && ep.Unchained
 }
 
-func evaluate(in Input) Verdict {
+func evaluate(in evidence.Evidence) Verdict {
 	e := evaluation{in: in}
 	if v, failed := e.file(); failed {
 		v.fileMissing = in.File.State == certfile.Missing
@@ -264,7 +166,7 @@ func Stalled(now, last time.Time, stage string) Verdict {
 // NeedsEndpoint reports whether in passes every check before the endpoint,
 // so that probing the kubelet port can decide the verdict. Callers use it to
 // skip the handshake when an earlier check already failed.
-func NeedsEndpoint(in Input) bool {
+func NeedsEndpoint(in evidence.Evidence) bool {
 	in.Endpoint = &probe.Result{Outcome: probe.Presented, Fingerprint: in.File.Fingerprint}
 	in.APIPath = &apipath.Result{Outcome: apipath.Proven}
 	return evaluate(in).Ready()
@@ -273,13 +175,13 @@ func NeedsEndpoint(in Input) bool {
 // NeedsAPIPath reports whether in passes every node-local check, so that
 // the API server's path decides the verdict (or, when not required, is
 // worth observing).
-func NeedsAPIPath(in Input) bool {
+func NeedsAPIPath(in evidence.Evidence) bool {
 	in.RequireAPIPath = false
 	return evaluate(in).Ready()
 }
 
 type evaluation struct {
-	in       Input
+	in       evidence.Evidence
 	results  []Result
 	proof    string
 	provedBy string            // the CSR that issued the certificate, when one proved it
@@ -361,7 +263,7 @@ func (e *evaluation) certificate() (Verdict, bool) {
 }
 
 // coverage says what the certificate's SANs fail to cover, or "".
-func coverage(leaf *x509.Certificate, n Node) string {
+func coverage(leaf *x509.Certificate, n evidence.Node) string {
 	if len(leaf.IPAddresses) == 0 {
 		// A DNS-only certificate must name the node, and the address the
 		// API server dials.
@@ -392,7 +294,7 @@ func coverage(leaf *x509.Certificate, n Node) string {
 
 // dialCoverage says whether the certificate fails to cover n.Dial, the
 // address the API server verifies it against, or "".
-func dialCoverage(leaf *x509.Certificate, n Node) string {
+func dialCoverage(leaf *x509.Certificate, n evidence.Node) string {
 	if n.Dial == "" {
 		return ""
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/reporter/servingcert/evidence"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/certready/certready/internal/fingerprint"
@@ -71,13 +73,13 @@ func presented(p *testpki.Pair) *probe.Result {
 }
 
 // ready is an input that passes every check; cases change one thing.
-func (f *fixture) ready() verdict.Input {
-	return verdict.Input{
-		Node:     verdict.Node{Name: "w1", InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}, Dial: "192.0.2.11", DialType: "InternalIP"},
+func (f *fixture) ready() evidence.Evidence {
+	return evidence.Evidence{
+		Node:     evidence.Node{Name: "w1", InternalIPs: []netip.Addr{netip.MustParseAddr("192.0.2.11")}, Dial: "192.0.2.11", DialType: "InternalIP"},
 		Now:      now,
 		CA:       f.ca.Pool(),
 		File:     observed(f.good),
-		CSR:      &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.Issued, Name: "csr-1", Created: now.Add(-10 * time.Minute)}, Retention: time.Hour},
+		CSR:      &evidence.CSR{Match: csrmatch.Result{State: csrmatch.Issued, Name: "csr-1", Created: now.Add(-10 * time.Minute)}, Retention: time.Hour},
 		Endpoint: presented(f.good),
 		// As the agent runs by default (--apiserver-proof=required).
 		RequireAPIPath: true,
@@ -89,42 +91,42 @@ func TestEvaluate(t *testing.T) {
 	f := newFixture(t)
 	cases := []struct {
 		name       string
-		mutate     func(in *verdict.Input)
+		mutate     func(in *evidence.Evidence)
 		wantStatus corev1.ConditionStatus
 		wantReason verdict.Reason
 		wantText   string
 	}{
-		{name: "every check passes", mutate: func(*verdict.Input) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
-		{name: "the API server cannot verify the kubelet (its CA, or the address it dials not in the certificate)", mutate: func(in *verdict.Input) {
+		{name: "every check passes", mutate: func(*evidence.Evidence) {}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
+		{name: "the API server cannot verify the kubelet (its CA, or the address it dials not in the certificate)", mutate: func(in *evidence.Evidence) {
 			in.APIPath = &apipath.Result{Outcome: apipath.CannotVerify, Detail: `Get "https://192.0.2.11:10250/containerLogs/x": tls: failed to verify certificate: x509: certificate signed by unknown authority`}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotVerifyKubelet, wantText: "--kubelet-certificate-authority"},
-		{name: "kubelet configured without serverTLSBootstrap: named whatever the checks met first", mutate: func(in *verdict.Input) {
+		{name: "kubelet configured without serverTLSBootstrap: named whatever the checks met first", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true, RotateCertificates: true}
 			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "serverTLSBootstrap is not true in the kubelet's configuration /var/lib/kubelet/config.yaml"},
-		{name: "the same: the kubelet presents another certificate than the installed one", mutate: func(in *verdict.Input) {
+		{name: "the same: the kubelet presents another certificate than the installed one", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/etc/kubernetes/kubelet.json", Known: true}
 			in.Endpoint = presented(f.issue(t, f.other, testpki.Serving{}))
 			in.Endpoint.VerifyErr = x509.UnknownAuthorityError{}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.KubeletServingBootstrapOff, wantText: "/etc/kubernetes/kubelet.json"},
-		{name: "bootstrap off in the file, an issued certificate served, the API server's path not proven yet: still Unknown", mutate: func(in *verdict.Input) {
+		{name: "bootstrap off in the file, an issued certificate served, the API server's path not proven yet: still Unknown", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
 			in.APIPath = nil
 		}, wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked, wantText: "not been proven yet"},
-		{name: "bootstrap off in the file, an issued certificate of the wrong node served: the evidence names the cause", mutate: func(in *verdict.Input) {
+		{name: "bootstrap off in the file, an issued certificate of the wrong node served: the evidence names the cause", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
 			w2 := f.issue(t, f.ca, testpki.Serving{Node: "w2"})
 			in.File, in.Endpoint = observed(w2), presented(w2)
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: ""},
-		{name: "bootstrap off in the file but an issued certificate served: the proof stands", mutate: func(in *verdict.Input) {
+		{name: "bootstrap off in the file but an issued certificate served: the proof stands", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Known: true}
 		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
-		{name: "a configuration that is not known changes nothing", mutate: func(in *verdict.Input) {
+		{name: "a configuration that is not known changes nothing", mutate: func(in *evidence.Evidence) {
 			in.Kubelet = kubeletconfig.Settings{Path: "/var/lib/kubelet/config.yaml", Err: errors.New("no such file")}
 			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
 			in.CSR = nil
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "no serving certificate installed"},
-		{name: "an API server that read the log over an unverifiable kubelet certificate is named, the node stays not ready", mutate: func(in *verdict.Input) {
+		{name: "an API server that read the log over an unverifiable kubelet certificate is named, the node stays not ready", mutate: func(in *evidence.Evidence) {
 			rogue := f.issue(t, f.other, testpki.Serving{})
 			in.File = certfile.Observation{Path: in.File.Path, State: certfile.Missing, Detail: "no such file"}
 			in.CSR = nil
@@ -132,21 +134,21 @@ func TestEvaluate(t *testing.T) {
 			in.Endpoint.VerifyErr, in.Endpoint.Unchained = x509.UnknownAuthorityError{}, true
 			in.Unverified = &apipath.Result{Outcome: apipath.Proven}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMissing, wantText: "it verifies no kubelet certificate"},
-		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *verdict.Input) {
+		{name: "the API server cannot reach the kubelet (a firewall between control plane and node)", mutate: func(in *evidence.Evidence) {
 			in.APIPath = &apipath.Result{Outcome: apipath.CannotReach, Detail: "dial tcp 192.0.2.11:10250: i/o timeout"}
 		}, wantStatus: corev1.ConditionTrue, wantReason: verdict.APIServerCannotReachKubelet, wantText: "i/o timeout"},
-		{name: "the log request told nothing (RBAC): Unknown, never False", mutate: func(in *verdict.Input) {
+		{name: "the log request told nothing (RBAC): Unknown, never False", mutate: func(in *evidence.Evidence) {
 			in.APIPath = &apipath.Result{Outcome: apipath.Unavailable, Detail: "forbidden"}
 		}, wantStatus: corev1.ConditionUnknown, wantReason: verdict.APIServerProofUnavailable, wantText: "forbidden"},
-		{name: "the API server's path not asked yet: Unknown", mutate: func(in *verdict.Input) { in.APIPath = nil },
+		{name: "the API server's path not asked yet: Unknown", mutate: func(in *evidence.Evidence) { in.APIPath = nil },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked, wantText: "kubectl logs"},
-		{name: "--apiserver-proof=observe: a failing path judges nothing", mutate: func(in *verdict.Input) {
+		{name: "--apiserver-proof=observe: a failing path judges nothing", mutate: func(in *evidence.Evidence) {
 			in.RequireAPIPath = false
 			in.APIPath = &apipath.Result{Outcome: apipath.CannotReach}
 		}, wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "issued by CSR csr-1"},
 		{
 			name: "file missing, nothing known about CSRs",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
 				in.CSR = nil
 			},
@@ -154,7 +156,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "file missing while the node's CSR is pending: the cause is the CSR",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
 				in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now}
 			},
@@ -162,7 +164,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "file missing and no CSR at all",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
 				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
 			},
@@ -170,45 +172,45 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "file unreadable",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = certfile.Observation{State: certfile.Unreadable, Detail: "/x is a directory"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateUnreadable, wantText: "is a directory",
 		},
 		{
 			name: "file malformed",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = certfile.Observation{State: certfile.Malformed, Detail: "no CERTIFICATE block found"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateMalformed, wantText: "no CERTIFICATE block",
 		},
 		{
 			name:       "CA file unusable: the agent cannot check",
-			mutate:     func(in *verdict.Input) { in.CA, in.CAErr = nil, errors.New("/ca.crt holds no certificate") },
+			mutate:     func(in *evidence.Evidence) { in.CA, in.CAErr = nil, errors.New("/ca.crt holds no certificate") },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.CAUnavailable, wantText: "/ca.crt holds no certificate",
 		},
 		{
 			name:       "another node's certificate",
-			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.ca, testpki.Serving{Node: "w2"})) },
+			mutate:     func(in *evidence.Evidence) { in.File = observed(f.issue(t, f.ca, testpki.Serving{Node: "w2"})) },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: `CN="system:node:w2"`,
 		},
 		{
 			name: "wrong organization",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{Orgs: []string{"system:masters"}}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: "system:masters",
 		},
 		{
 			name: "client-auth only",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{EKU: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateInvalid, wantText: "server auth",
 		},
 		{
 			name: "expired",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Minute)}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
@@ -217,62 +219,62 @@ func TestEvaluate(t *testing.T) {
 			// The node's clock is 30 s behind: by it the certificate is still
 			// valid, by the API server's it expired 10 s ago.
 			name: "expired by the API server's clock, valid by a node clock behind it",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(20 * time.Second)}))
-				in.Clock = verdict.Clock{Known: true, Skew: -30 * time.Second, Max: time.Minute}
+				in.Clock = evidence.Clock{Known: true, Skew: -30 * time.Second, Max: time.Minute}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateExpired, wantText: "expired at",
 		},
 		{
 			name: "node clock 10 minutes behind the API server",
-			mutate: func(in *verdict.Input) {
-				in.Clock = verdict.Clock{Known: true, Skew: -10 * time.Minute, Max: time.Minute}
+			mutate: func(in *evidence.Evidence) {
+				in.Clock = evidence.Clock{Known: true, Skew: -10 * time.Minute, Max: time.Minute}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.ClockSkew, wantText: "node clock is 10m0s behind the API server's",
 		},
 		{
 			name: "node clock 2 minutes ahead of the API server",
-			mutate: func(in *verdict.Input) {
-				in.Clock = verdict.Clock{Known: true, Skew: 2 * time.Minute, Max: time.Minute}
+			mutate: func(in *evidence.Evidence) {
+				in.Clock = evidence.Clock{Known: true, Skew: 2 * time.Minute, Max: time.Minute}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.ClockSkew, wantText: "2m0s ahead of",
 		},
 		{
 			name: "a skew within the bound passes",
-			mutate: func(in *verdict.Input) {
-				in.Clock = verdict.Clock{Known: true, Skew: -20 * time.Second, Max: time.Minute}
+			mutate: func(in *evidence.Evidence) {
+				in.Clock = evidence.Clock{Known: true, Skew: -20 * time.Second, Max: time.Minute}
 			},
 			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready,
 		},
 		{
 			name: "not yet valid",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(time.Hour)}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateNotYetValid, wantText: "clock skew",
 		},
 		{
 			name:       "signed by another CA",
-			mutate:     func(in *verdict.Input) { in.File = observed(f.issue(t, f.other, testpki.Serving{})) },
+			mutate:     func(in *evidence.Evidence) { in.File = observed(f.issue(t, f.other, testpki.Serving{})) },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateUntrusted, wantText: "does not chain",
 		},
 		{
 			name: "SANs miss the node's InternalIP",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{IPs: []net.IP{net.ParseIP("192.0.2.99")}}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: "InternalIP 192.0.2.11",
 		},
 		{
 			name: "dual-stack node: the IPv6 InternalIP must be covered too",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Node.InternalIPs = append(in.Node.InternalIPs, netip.MustParseAddr("2001:db8::11"))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: "2001:db8::11",
 		},
 		{
 			name: "DNS-only certificate naming the node passes where the API server dials the node name",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				p := f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"W1."}})
 				in.File, in.Endpoint = observed(p), presented(p)
 				in.Node.Dial, in.Node.DialType = "w1", "Hostname"
@@ -281,7 +283,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "DNS-only certificate where the API server dials the InternalIP: logs and exec would fail",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				p := f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"w1"}})
 				in.File, in.Endpoint = observed(p), presented(p)
 			},
@@ -290,7 +292,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "IP certificate where the API server dials a hostname it lacks",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Node.Dial, in.Node.DialType = "w1.example.com", "Hostname"
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch,
@@ -298,7 +300,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "IP certificate with the hostname the API server dials, case and dot aside",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				p := f.issue(t, f.ca, testpki.Serving{IPs: []net.IP{net.ParseIP("192.0.2.11")}, DNSNames: []string{"W1.Example.com"}})
 				in.File, in.Endpoint = observed(p), presented(p)
 				in.Node.Dial, in.Node.DialType = "w1.example.com.", "Hostname"
@@ -307,58 +309,58 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "DNS-only certificate for another name",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.File = observed(f.issue(t, f.ca, testpki.Serving{DNSNames: []string{"w2"}}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CertificateIdentityMismatch, wantText: `no DNS SAN "w1"`,
 		},
 		{
 			name:       "CSR check not run yet: never False",
-			mutate:     func(in *verdict.Input) { in.CSR = nil },
+			mutate:     func(in *evidence.Evidence) { in.CSR = nil },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked,
 		},
 		{
 			name:       "CSR check skipped on purpose (plugin without credentials)",
-			mutate:     func(in *verdict.Input) { in.CSR, in.SkipCSR = nil, true },
+			mutate:     func(in *evidence.Evidence) { in.CSR, in.SkipCSR = nil, true },
 			wantStatus: corev1.ConditionFalse, wantReason: verdict.Ready, wantText: "CSR not checked",
 		},
 		{
 			name:       "CSR lookup failed",
-			mutate:     func(in *verdict.Input) { in.CSR.LookupErr = errors.New("forbidden") },
+			mutate:     func(in *evidence.Evidence) { in.CSR.LookupErr = errors.New("forbidden") },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.CSRLookupFailed, wantText: "forbidden",
 		},
 		{
 			name: "newer CSR pending, installed one unexplained",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-p", Created: now}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRPending, wantText: "csr-p",
 		},
 		{
 			name: "CSR denied",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-d", Detail: "nope"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRDenied, wantText: "denied: nope",
 		},
 		{
 			name:       "CSR failed",
-			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.Failed, Name: "csr-f"} },
+			mutate:     func(in *evidence.Evidence) { in.CSR.Match = csrmatch.Result{State: csrmatch.Failed, Name: "csr-f"} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRFailed, wantText: "csr-f",
 		},
 		{
 			name:       "CSR approved, not issued",
-			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.NotIssued, Name: "csr-n"} },
+			mutate:     func(in *evidence.Evidence) { in.CSR.Match = csrmatch.Result{State: csrmatch.NotIssued, Name: "csr-n"} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRNotIssued, wantText: "csr-n",
 		},
 		{
 			name:       "young certificate with no CSR",
-			mutate:     func(in *verdict.Input) { in.CSR.Match = csrmatch.Result{State: csrmatch.None} },
+			mutate:     func(in *evidence.Evidence) { in.CSR.Match = csrmatch.Result{State: csrmatch.None} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.CSRNotFound, wantText: "no kubelet-serving CSR",
 		},
 		{
 			name: "CSR garbage-collected but verified earlier by this agent",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
 				in.CSR.Remembered = &csrmatch.Result{State: csrmatch.Issued, Name: "csr-1"}
 			},
@@ -366,7 +368,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "certificate installed yesterday, CSR long collected",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				p := f.issue(t, f.ca, testpki.Serving{NotBefore: now.Add(-24 * time.Hour)})
 				in.File, in.Endpoint = observed(p), presented(p)
 				in.CSR.Match = csrmatch.Result{State: csrmatch.None}
@@ -375,45 +377,45 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name:       "endpoint not probed yet: never False",
-			mutate:     func(in *verdict.Input) { in.Endpoint = nil },
+			mutate:     func(in *evidence.Evidence) { in.Endpoint = nil },
 			wantStatus: corev1.ConditionUnknown, wantReason: verdict.NotChecked,
 		},
 		{
 			name: "endpoint unreachable",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Endpoint = &probe.Result{Outcome: probe.Unreachable, Addr: "192.0.2.11:10250", Detail: "refused"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointUnreachable, wantText: "192.0.2.11:10250",
 		},
 		{
 			name: "kubelet has no certificate to serve",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Endpoint = &probe.Result{Outcome: probe.NoCertificate, Addr: "a:1", Detail: "remote error: tls: internal error"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNoCertificate, wantText: "internal error",
 		},
 		{
 			name:       "plain HTTP on the kubelet port",
-			mutate:     func(in *verdict.Input) { in.Endpoint = &probe.Result{Outcome: probe.NotTLS, Addr: "a:1"} },
+			mutate:     func(in *evidence.Evidence) { in.Endpoint = &probe.Result{Outcome: probe.NotTLS, Addr: "a:1"} },
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointNotTLS,
 		},
 		{
 			name: "other handshake failure",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Endpoint = &probe.Result{Outcome: probe.HandshakeFailed, Addr: "a:1", Detail: "deadline"}
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointHandshakeFailed, wantText: "deadline",
 		},
 		{
 			name: "kubelet still serves the previous certificate",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				in.Endpoint = presented(f.issue(t, f.ca, testpki.Serving{}))
 			},
 			wantStatus: corev1.ConditionTrue, wantReason: verdict.EndpointCertificateMismatch, wantText: "stale",
 		},
 		{
 			name: "kubelet presents an untrusted certificate",
-			mutate: func(in *verdict.Input) {
+			mutate: func(in *evidence.Evidence) {
 				ep := presented(f.issue(t, f.other, testpki.Serving{}))
 				ep.VerifyErr = errors.New("x509: certificate signed by unknown authority")
 				in.Endpoint = ep
@@ -474,30 +476,30 @@ func TestTransient(t *testing.T) {
 	missing := certfile.Observation{State: certfile.Missing, Detail: "/x does not exist"}
 	for _, tc := range []struct {
 		name   string
-		change func(*verdict.Input)
+		change func(*evidence.Evidence)
 		want   verdict.Reason
 		wantT  bool
 	}{
-		{"ready", func(*verdict.Input) {}, verdict.Ready, false},
-		{"file missing, no CSR evidence", func(in *verdict.Input) { in.File, in.CSR = missing, nil }, verdict.CertificateMissing, true},
-		{"file missing, the new CSR still pending in the cache", func(in *verdict.Input) {
+		{"ready", func(*evidence.Evidence) {}, verdict.Ready, false},
+		{"file missing, no CSR evidence", func(in *evidence.Evidence) { in.File, in.CSR = missing, nil }, verdict.CertificateMissing, true},
+		{"file missing, the new CSR still pending in the cache", func(in *evidence.Evidence) {
 			in.File = missing
 			in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-2", Created: now}
 		}, verdict.CSRPending, true},
-		{"file missing, the new CSR denied", func(in *verdict.Input) {
+		{"file missing, the new CSR denied", func(in *evidence.Evidence) {
 			in.File = missing
 			in.CSR.Match = csrmatch.Result{State: csrmatch.Denied, Name: "csr-2", Created: now}
 		}, verdict.CSRDenied, true},
-		{"file present, CSR pending", func(in *verdict.Input) {
+		{"file present, CSR pending", func(in *evidence.Evidence) {
 			in.CSR.Match = csrmatch.Result{State: csrmatch.Pending, Name: "csr-2", Created: now}
 		}, verdict.CSRPending, false},
-		{"file malformed", func(in *verdict.Input) {
+		{"file malformed", func(in *evidence.Evidence) {
 			in.File = certfile.Observation{State: certfile.Malformed, Detail: "no PEM block"}
 		}, verdict.CertificateMalformed, true},
-		{"file unreadable", func(in *verdict.Input) {
+		{"file unreadable", func(in *evidence.Evidence) {
 			in.File = certfile.Observation{State: certfile.Unreadable, Detail: "permission denied"}
 		}, verdict.CertificateUnreadable, false},
-		{"stale certificate served", func(in *verdict.Input) {
+		{"stale certificate served", func(in *evidence.Evidence) {
 			in.Endpoint = presented(f.issue(t, f.ca, testpki.Serving{}))
 		}, verdict.EndpointCertificateMismatch, true},
 	} {
@@ -564,15 +566,15 @@ func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 	clientNotAfter := time.Date(2027, 3, 4, 5, 6, 7, 0, time.UTC)
 	for _, tc := range []struct {
 		name    string
-		mutate  func(in *verdict.Input)
+		mutate  func(in *evidence.Evidence)
 		wantCSR string
 	}{
-		{"issued by a CSR in the cache", func(*verdict.Input) {}, "csr-1"},
-		{"verified earlier, CSR since deleted", func(in *verdict.Input) {
-			in.CSR = &verdict.CSREvidence{Match: csrmatch.Result{State: csrmatch.None}, Remembered: &csrmatch.Result{State: csrmatch.Issued, Name: "csr-gone.1"}, Retention: time.Hour}
+		{"issued by a CSR in the cache", func(*evidence.Evidence) {}, "csr-1"},
+		{"verified earlier, CSR since deleted", func(in *evidence.Evidence) {
+			in.CSR = &evidence.CSR{Match: csrmatch.Result{State: csrmatch.None}, Remembered: &csrmatch.Result{State: csrmatch.Issued, Name: "csr-gone.1"}, Retention: time.Hour}
 		}, "csr-gone.1"},
-		{"no CSR checked", func(in *verdict.Input) { in.CSR, in.SkipCSR = nil, true }, ""},
-		{"with the kubelet's client certificate", func(in *verdict.Input) { in.ClientNotAfter = clientNotAfter }, "csr-1"},
+		{"no CSR checked", func(in *evidence.Evidence) { in.CSR, in.SkipCSR = nil, true }, ""},
+		{"with the kubelet's client certificate", func(in *evidence.Evidence) { in.ClientNotAfter = clientNotAfter }, "csr-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := f.ready()
