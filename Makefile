@@ -28,12 +28,14 @@ prereqs-test prereqs-demo prereqs-kind: ## Check (as root: apt-get install) what
 unit: ## Unit tests (no root, no cluster), and the harness's own in the e2e module.
 	@echo '== unit tests (race detector)'
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags nogotemplate ./cmd/certready/
 	cd e2e && $(GO) test -race -count=1 ./cmd/... ./provider/
 
 lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, the node build, and the CLI for Windows and macOS).
 	@echo '== lint: go vet, gofmt, golangci-lint'
 	$(GO) vet ./...
 	$(GO) vet -tags nodeonly ./cmd/...
+	$(GO) vet -tags nogotemplate ./cmd/...
 	GOOS=windows GOARCH=amd64 $(GO) vet ./cmd/certready/
 	GOOS=darwin GOARCH=arm64 $(GO) vet ./cmd/certready/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -68,10 +70,10 @@ demo-down: ## Stop the demo cluster; leaves nothing behind.
 # The shipped overlays and the chart's default reference certready:dev:
 # 'make image' tags that too, so what it builds is what they run.
 IMAGE ?= certready:$(VERSION)
-image: build ## Container image IMAGE (certready:<version>, also tagged certready:dev, which the overlays use) from the binary just built, on scratch: no registry needed. 'docker build .' builds from source.
+image: build ## Container image IMAGE (certready:<version>, also tagged certready:dev, which the overlays use) from the binaries just built (certready without -o go-template: docs/benchmarks.md), on scratch: no registry needed. 'docker build .' builds from source.
 	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine answers (docker info failed); build the image where Docker runs."; exit 1; }
 	@rm -rf bin/image-root && mkdir -p bin/image-root/usr/local/bin bin/image-root/etc/ssl/certs
-	@cp $(BIN) bin/image-root/usr/local/bin/certready
+	CGO_ENABLED=0 $(GO) build -trimpath -tags nogotemplate -ldflags '$(LDFLAGS)' -o bin/image-root/usr/local/bin/certready ./cmd/certready
 	@cp $(NODE_BIN) bin/image-root/usr/local/bin/certready-node
 	@printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > bin/image-root/etc/passwd
 	@printf 'root:x:0:\nnonroot:x:65532:\n' > bin/image-root/etc/group

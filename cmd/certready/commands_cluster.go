@@ -5,7 +5,7 @@ package main
 import "github.com/certready/certready/reporter/fleet"
 
 // buildFlavour says, in version output, which build this is.
-const buildFlavour = ""
+const buildFlavour = templateFlavour
 
 func clusterCommands() []command {
 	return []command{

@@ -198,11 +198,7 @@ func templatePrinter(output string) (p printers.ResourcePrinter, ok bool, err er
 			p = jp
 		}
 	} else {
-		var gt *printers.GoTemplatePrinter
-		if gt, err = printers.NewGoTemplatePrinter(tmpl); err == nil {
-			gt.AllowMissingKeys(true)
-			p = gt
-		}
+		p, err = goTemplatePrinter(tmpl)
 	}
 	if err != nil {
 		return nil, true, fmt.Errorf("--output=%s: %w", output, err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +12,11 @@ type binaries struct {
 	certready, node string
 }
 
-// buildBinaries cross-compiles certready (every command) and certready-node
-// (-tags nodeonly) for each of Arches, static and stamped with the version,
-// and copies certready as kubectl-certready (kubectl finds plugins by
-// name).
+// buildBinaries cross-compiles, for each of Arches, static and stamped with
+// the version: certready for the image (-tags nogotemplate: the approver's
+// binary without text/template, docs/benchmarks.md), certready-node
+// (-tags nodeonly), and kubectl-certready, the operator's CLI with every
+// output (kubectl finds plugins by name).
 func buildBinaries(repo, dir string, o options) (map[string]binaries, error) {
 	out := map[string]binaries{}
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s", o.version, o.commit)
@@ -28,7 +28,7 @@ func buildBinaries(repo, dir string, o options) (map[string]binaries, error) {
 		for _, build := range []struct {
 			path string
 			tags []string
-		}{{b.certready, nil}, {b.node, []string{"-tags", "nodeonly"}}} {
+		}{{b.certready, []string{"-tags", "nogotemplate"}}, {b.node, []string{"-tags", "nodeonly"}}, {filepath.Join(dir, "kubectl-certready-linux-"+arch), nil}} {
 			args := append([]string{"build", "-trimpath", "-ldflags", ldflags}, build.tags...)
 			args = append(args, "-o", build.path, "./cmd/certready")
 			cmd := exec.Command("go", args...)
@@ -38,28 +38,8 @@ func buildBinaries(repo, dir string, o options) (map[string]binaries, error) {
 				return nil, fmt.Errorf("go %v (GOARCH=%s): %w\n%s", args, arch, err, out)
 			}
 		}
-		if err := copyFile(b.certready, filepath.Join(dir, "kubectl-certready-linux-"+arch)); err != nil {
-			return nil, err
-		}
 		fmt.Printf("  binaries linux/%s\n", arch)
 		out[arch] = b
 	}
 	return out, nil
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
