@@ -87,7 +87,8 @@ type Config struct {
 	// rotation (nil: none). Run writes it.
 	Ledger *ledger.Ledger
 	// Settled runs once, after the first check completed (nil: nothing):
-	// the process returns its start-up garbage to the OS there.
+	// the process returns its start-up garbage, and the pages of its binary
+	// that only start-up touched, to the OS there.
 	Settled func()
 	// Version is this agent's, stated in the Ready condition's facts.
 	Version string

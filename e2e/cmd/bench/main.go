@@ -67,7 +67,7 @@ func main() {
 	var p plan
 	pflag.IntVar(&p.transitions, "transitions", 50, "readiness transitions to measure (0: skip)")
 	pflag.DurationVar(&p.window, "load-window", time.Minute, "steady-state window per fleet size")
-	pflag.DurationVar(&p.idle, "idle-window", 30*time.Second, "idle window for the footprint")
+	pflag.DurationVar(&p.idle, "idle-window", 90*time.Second, "idle window for the footprint: longer than the agent's one-minute resync, so that the pages its periodic check touches are counted")
 	pflag.DurationVar(&proofInterval, "proof-interval", proofInterval, "the agent's --apiserver-proof-interval here (the API load reports its rate and projects it to the shipped 10m)")
 	pflag.StringVar(&p.out, "out", "../bench-results", "folder for the JSON results")
 	pflag.StringVar(&p.manifests, "manifests", "../manifests", "the repository's manifests folder (the agent's ClusterRole is taken from it)")
