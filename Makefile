@@ -41,7 +41,7 @@ lint: ## go vet, gofmt and golangci-lint (pinned, .golangci.yml; both modules, t
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 	@if [ -f e2e/go.mod ]; then cd e2e && $(GO) vet ./...; fi
-	@lint=$$(hack/golangci-lint.sh) && $$lint run ./... && $$lint run --build-tags nodeonly ./cmd/... && cd e2e && $$lint run ./...
+	@lint=$$(hack/golangci-lint.sh) && $$lint run ./... && $$lint run --build-tags nodeonly ./cmd/... && $$lint run --build-tags nogotemplate ./cmd/... && cd e2e && $$lint run ./...
 
 static: ## Static manifest checks: kustomize builds, Helm chart (SDK: lint, render, equal to the overlays), strict decoding, CRD schema, kind config, promtool alert tests.
 	@echo '== static manifest checks'
