@@ -88,7 +88,7 @@ func (c *checkOptions) Run(ctx context.Context) error {
 // ReportFailure prints why the check could not run as node-problem-detector
 // reads it, one line on standard output, and exits Unknown.
 func (c *checkOptions) ReportFailure(err error) int {
-	fmt.Println(npdcheck.Line("CheckFailed: " + err.Error()))
+	fmt.Println(npdcheck.Line("CheckFailed: " + escapeError(err.Error())))
 	return int(cpmtypes.Unknown)
 }
 

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,11 +37,6 @@ func execute(ctx context.Context, args []string) int {
 	return reportError(os.Stderr, cmd.CommandPath(), err)
 }
 
-func isExitError(err error) bool {
-	var e *exitError
-	return errors.As(err, &e)
-}
-
 // operator is an operator command's options, run as kubectl runs its
 // commands: the flags (each also from its CERTREADY_ variable) completed
 // into options, validated before the cluster is read, then run. Run's
@@ -65,7 +59,7 @@ func runOperator(o operator) func(*cobra.Command, []string) error {
 		if err := o.Validate(); err != nil {
 			return usageError(err)
 		}
-		return o.Run(cmd.Context(), cmd.OutOrStdout())
+		return runFailed(o.Run(cmd.Context(), cmd.OutOrStdout()))
 	}
 }
 

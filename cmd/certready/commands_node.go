@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // buildFlavour says, in version output, which build this is.
@@ -18,11 +19,13 @@ const buildFlavour = ", node build"
 // copy-binary only).
 func clusterCommands() []command { return nil }
 
-// escapeError replaces control characters of an error with '?': the node
-// build's errors quote flag values, variables and files.
+// escapeError replaces what could move a terminal's cursor or reorder
+// text in an error (control, format and line or paragraph separator
+// characters, invalid UTF-8) with '?': the node build's errors quote flag
+// values, variables and files.
 func escapeError(s string) string {
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+		if r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
 			return '?'
 		}
 		return r

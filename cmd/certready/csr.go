@@ -121,7 +121,7 @@ func printDoc(w io.Writer, output string, noHeaders bool, rowsKey string, doc an
 // outputHelp is -o's help for a list command whose document holds its
 // rows under rowsKey.
 func outputHelp(rowsKey, what string) string {
-	return "Output format: json or yaml of {\"" + rowsKey + "\": [...]}, over it: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each " + what + "'s json: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table."
+	return "Output format: json or yaml of {\"" + rowsKey + "\": [...]}, over it: jsonpath=<template>, jsonpath-file=<file>, " + goTemplateOutputs + "or over each " + what + "'s json: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table."
 }
 
 // listKubeletServingCSRs lists the kubelet-serving CSRs, in pages.

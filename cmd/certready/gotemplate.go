@@ -8,6 +8,9 @@ import "k8s.io/cli-runtime/pkg/printers"
 // this build.
 const templateFlavour = ""
 
+// goTemplateOutputs are the go-template outputs, for help and errors.
+const goTemplateOutputs = "go-template=<template>, go-template-file=<file>, "
+
 // goTemplatePrinter is kubectl's go-template printer, missing keys allowed
 // (kubectl's default). It links text/template, whose method lookups by
 // name keep every exported method of every reachable type in the binary:

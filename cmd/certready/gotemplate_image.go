@@ -12,6 +12,9 @@ import (
 // this build.
 const templateFlavour = ", no go-template"
 
+// goTemplateOutputs: none in this build (help and errors leave them out).
+const goTemplateOutputs = ""
+
 // errNoGoTemplate: the image's certready (the approver, and the CLI inside
 // its pods) is built without text/template, which would keep 13 MiB of
 // code resident in every approver replica (docs/benchmarks.md).

@@ -59,7 +59,11 @@ func TestLedgerVerifyCommand(t *testing.T) {
 	if code, out := run("-o", "json", cut); code != 1 || !strings.Contains(out, `"kind": "deleted"`) {
 		t.Errorf("-o json: exit %d\n%s", code, out)
 	}
-	if code, _ := run(filepath.Join(dir, "absent.jsonl")); code != 2 {
-		t.Errorf("a missing file: exit %d, want 2", code)
+	// A file that cannot be read fails the run, not the command line.
+	if code, out := run(filepath.Join(dir, "absent.jsonl")); code != 2 || !strings.Contains(out, "certready ledger verify: open ") || strings.Contains(out, "--help") {
+		t.Errorf("a missing file: exit %d, want 2 naming the file without pointing at --help\n%s", code, out)
+	}
+	if code, out := run("-o", "wide", whole); code != 2 || !strings.Contains(out, "Run 'certready ledger verify --help'") {
+		t.Errorf("-o wide: exit %d, want 2 as a usage error\n%s", code, out)
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // docOutputs names the outputs every list command shares, for errors.
-const docOutputs = "json, yaml, jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, custom-columns=<spec> or custom-columns-file=<file>"
+const docOutputs = "json, yaml, jsonpath=<template>, jsonpath-file=<file>, " + goTemplateOutputs + "custom-columns=<spec> or custom-columns-file=<file>"
 
 // docPrinter writes a list command's document in one of kubectl's outputs.
 type docPrinter func(w io.Writer, doc any) error

@@ -35,6 +35,21 @@ func usageError(err error) error { return &exitError{code: 2, err: err, usage: t
 // exitWith ends a command with code; err, when not nil, is printed.
 func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
+// runFailed is how an error of a command's Run ends it: exit 2, unless it
+// chose its own status (exitWith). Never a usage error: the command line
+// was accepted.
+func runFailed(err error) error {
+	if err == nil || isExitError(err) {
+		return err
+	}
+	return exitWith(2, err)
+}
+
+func isExitError(err error) bool {
+	var e *exitError
+	return errors.As(err, &e)
+}
+
 // reportError is the one way every command of both builds reports how it
 // ended: nothing for success, else "certready <command>: <error>" on w
 // (control characters escaped: errors quote flag values, files and
@@ -110,7 +125,7 @@ func runProcess(ctx context.Context, c command, args []string) error {
 	if err != nil {
 		err = usageError(err)
 	} else {
-		err = o.Run(ctx)
+		err = runFailed(o.Run(ctx))
 	}
 	if r, ok := o.(failureReporter); ok && err != nil {
 		var e *exitError

@@ -90,12 +90,15 @@ func TestProcessesEndThroughOnePrinter(t *testing.T) {
 		args []string
 		code int
 		want []string
+		not  []string
 	}{
-		{"copy-binary", "", []string{"--to=relative"}, 2, []string{"certready copy-binary: --to \"relative\"", "--help"}},
-		{"agent", "", []string{"--apiserver-proof=maybe", "--kubeconfig=/nonexistent"}, 2, []string{"certready agent: --apiserver-proof=maybe"}},
-		{"agent", "CERTREADY_SETTLE", []string{"--kubeconfig=/nonexistent"}, 2, []string{"certready agent: environment variable CERTREADY_SETTLE", "--settle"}},
-		{"agent", "", []string{"--bogus"}, 2, []string{"certready agent: unknown flag: --bogus", "Run 'certready agent --help'"}},
-		{"version", "", []string{"extra"}, 2, []string{"certready version: unexpected argument \"extra\""}},
+		{"copy-binary", "", []string{"--to=relative"}, 2, []string{"certready copy-binary: --to \"relative\"", "--help"}, nil},
+		{"agent", "", []string{"--apiserver-proof=maybe", "--kubeconfig=/nonexistent"}, 2, []string{"certready agent: --apiserver-proof=maybe"}, nil},
+		{"agent", "CERTREADY_SETTLE", []string{"--kubeconfig=/nonexistent"}, 2, []string{"certready agent: environment variable CERTREADY_SETTLE", "--settle"}, nil},
+		{"agent", "", []string{"--bogus"}, 2, []string{"certready agent: unknown flag: --bogus", "Run 'certready agent --help'"}, nil},
+		{"version", "", []string{"extra"}, 2, []string{"certready version: unexpected argument \"extra\""}, nil},
+		// A failure of Run is no usage error: the command line was fine.
+		{"copy-binary", "", []string{"--to=/nonexistent-folder/certready"}, 1, []string{"certready copy-binary: ", "nonexistent-folder"}, []string{"--help"}},
 	} {
 		t.Run(strings.Join(append([]string{tc.name}, tc.args...), " "), func(t *testing.T) {
 			if tc.env != "" {
@@ -108,6 +111,11 @@ func TestProcessesEndThroughOnePrinter(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr %q, want %q in it", stderr, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(stderr, n) {
+					t.Errorf("stderr %q, want no %q", stderr, n)
 				}
 			}
 		})

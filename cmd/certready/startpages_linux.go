@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"errors"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -17,16 +19,23 @@ import (
 // fault: without this those pages stay in the process's RSS.
 //
 // Only mappings that hold nothing but the file's bytes are dropped: not
-// writable, and no page of them copied on write (smaps' Anonymous: 0), as
-// a dynamic loader's relocations are before it makes them read-only. The
-// next touch of a dropped page maps it again from the page cache, the same
-// bytes. It returns the bytes of the mappings advised.
+// writable, and no page of them copied on write, in memory or swapped out
+// (smaps' Anonymous: 0 and Swap: 0), as a dynamic loader's relocations
+// are before it makes them read-only. The next touch of a dropped page
+// maps it again from the page cache, the same bytes, as after the
+// kernel's own reclaim of a clean page. It returns the bytes of the
+// mappings advised.
 func dropStartPages() (advised int, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
-	maps, err := fileOnlyMappings(exe)
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return 0, err
+	}
+	maps, err := fileOnlyMappings(f, exe)
+	f.Close()
 	if err != nil {
 		return 0, err
 	}
@@ -41,26 +50,32 @@ func dropStartPages() (advised int, err error) {
 
 type mapping struct{ start, end uintptr }
 
-// fileOnlyMappings are path's read-only mappings in this process that
-// hold no anonymous (copied on write) page.
-func fileOnlyMappings(path string) ([]mapping, error) {
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// fileOnlyMappings reads smaps (the format of /proc/<pid>/smaps) for
+// path's read-only mappings that hold no anonymous page, resident or
+// swapped out.
+func fileOnlyMappings(smaps io.Reader, path string) ([]mapping, error) {
 	var out []mapping
-	var cur *mapping // the mapping whose fields follow, when it is a candidate
-	s := bufio.NewScanner(f)
+	var cur *mapping // the mapping whose fields follow, while still a candidate
+	var anon, swap, seen bool
+	flush := func() {
+		if cur != nil && anon && swap {
+			out = append(out, *cur)
+		}
+		cur, anon, swap = nil, false, false
+	}
+	s := bufio.NewScanner(smaps)
 	for s.Scan() {
-		fields := strings.Fields(s.Text())
+		line := s.Text()
+		fields := strings.Fields(line)
 		if len(fields) == 0 {
 			continue
 		}
 		if lo, hi, ok := strings.Cut(fields[0], "-"); ok && !strings.HasSuffix(fields[0], ":") {
-			// start-end perms offset dev inode [path]: a new mapping.
-			cur = nil
-			if len(fields) < 6 || fields[5] != path || strings.Contains(fields[1], "w") {
+			// start-end perms offset dev inode [path]: a new mapping. The
+			// path is the rest of the line (it may hold spaces).
+			flush()
+			seen = true
+			if len(fields) < 6 || strings.Contains(fields[1], "w") || mappedPath(line) != path {
 				continue
 			}
 			start, err1 := strconv.ParseUint(lo, 16, 64)
@@ -71,12 +86,43 @@ func fileOnlyMappings(path string) ([]mapping, error) {
 			cur = &mapping{uintptr(start), uintptr(end)}
 			continue
 		}
-		if cur != nil && fields[0] == "Anonymous:" && len(fields) >= 2 {
-			if fields[1] == "0" {
-				out = append(out, *cur)
+		if cur == nil || len(fields) < 2 {
+			continue
+		}
+		switch fields[0] {
+		case "Anonymous:":
+			anon = fields[1] == "0"
+			if !anon {
+				cur = nil
 			}
-			cur = nil
+		case "Swap:":
+			swap = fields[1] == "0"
+			if !swap {
+				cur = nil
+			}
 		}
 	}
-	return out, s.Err()
+	flush()
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if !seen {
+		return nil, errors.New("no mapping in smaps")
+	}
+	return out, nil
+}
+
+// mappedPath is the path of a maps header line: what follows its fifth
+// field (inode), leading spaces removed.
+func mappedPath(line string) string {
+	rest := line
+	for range 5 {
+		rest = strings.TrimLeft(rest, " ")
+		i := strings.IndexByte(rest, ' ')
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i:]
+	}
+	return strings.TrimLeft(rest, " ")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,4 +69,37 @@ func residentBinaryKiB(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return total
+}
+
+// Which mappings may be dropped, read from smaps: only the binary's
+// read-only ones with no page copied on write, resident or swapped out.
+func TestFileOnlyMappings(t *testing.T) {
+	const exe = "/usr/local/bin/certready"
+	entry := func(header string, anon, swap string) string {
+		return header + "\nSize:                100 kB\nRss:                  40 kB\nAnonymous:            " + anon + " kB\nSwap:                 " + swap + " kB\n"
+	}
+	smaps := entry("00400000-00500000 r-xp 00000000 08:01 1234                               "+exe, "0", "0") + // code: dropped
+		entry("00500000-00600000 r--p 00100000 08:01 1234                               "+exe, "0", "0") + // type data, function table: dropped
+		entry("00600000-00601000 r--p 00200000 08:01 1234                               "+exe, "4", "0") + // relocated, then read-only
+		entry("00601000-00602000 r--p 00201000 08:01 1234                               "+exe, "0", "4") + // relocated, swapped out
+		entry("00602000-00700000 rw-p 00202000 08:01 1234                               "+exe, "0", "0") + // data
+		entry("7f0000000000-7f0000100000 r--p 00000000 08:01 99                         /usr/lib/libc.so.6", "0", "0") +
+		entry("7f0000100000-7f0000200000 r-xp 00000000 08:01 77                         "+exe+" (deleted)", "0", "0") +
+		entry("7f0000200000-7f0000300000 r-xp 00000000 08:01 78                         /opt/my dir/certready", "0", "0") +
+		entry("7f0000300000-7f0000400000 r--p 00000000 08:01 1234                       "+exe, "0", "") // Swap not read as 0: kept
+	got, err := fileOnlyMappings(strings.NewReader(smaps), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mapping{{0x400000, 0x500000}, {0x500000, 0x600000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("mappings %x, want %x", got, want)
+	}
+	spaced, err := fileOnlyMappings(strings.NewReader(smaps), "/opt/my dir/certready")
+	if err != nil || !slices.Equal(spaced, []mapping{{0x7f0000200000, 0x7f0000300000}}) {
+		t.Errorf("a path with a space: %x, %v", spaced, err)
+	}
+	if _, err := fileOnlyMappings(strings.NewReader(""), exe); err == nil {
+		t.Error("empty smaps: no error, want one (nothing can be judged)")
+	}
 }

@@ -43,13 +43,13 @@ func newStatusCommand() *cobra.Command {
 			"the DaemonSets cannot be read: opted out, not Linux, virtual kubelets) show READY '-' and reason\n" +
 			"NoAgentByDesign; they fail nothing.\n" +
 			"Exit 0: every node listed is ready or runs no agent by design; 1: some are not; 2: error.",
-		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker --problems -o name\n  certready status -o go-template='{{range .nodes}}{{.node}} {{.notAfter}}{{\"\\n\"}}{{end}}'",
+		Example: "  kubectl certready\n  kubectl certready --problems -o wide\n  certready status -l node-role.kubernetes.io/worker --problems -o name\n  certready status -o jsonpath='{range .nodes[*]}{.node} {.notAfter}{\"\\n\"}{end}'",
 		Args:    cobra.NoArgs,
 		RunE:    runOperator(o),
 	}
 	o.view = newFleetView(cmd)
 	fs := cmd.Flags()
-	fs.StringVarP(&o.output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, go-template=<template>, go-template-file=<file>, or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
+	fs.StringVarP(&o.output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, "+goTemplateOutputs+"or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
 	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&o.problems, "problems", false, "Only the nodes that are not ready.")
 	fs.StringVar(&o.sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
