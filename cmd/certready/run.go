@@ -60,9 +60,7 @@ func reportError(w io.Writer, command string, err error) int {
 		return 0
 	}
 	var e *exitError
-	if !errors.As(err, &e) {
-		e = &exitError{code: 2, err: err}
-	}
+	errors.As(runFailed(err), &e)
 	if e.err != nil {
 		fmt.Fprintf(w, "%s: %s\n", command, escapeError(e.err.Error()))
 		if e.usage {
@@ -127,11 +125,11 @@ func runProcess(ctx context.Context, c command, args []string) error {
 	} else {
 		err = runFailed(o.Run(ctx))
 	}
-	if r, ok := o.(failureReporter); ok && err != nil {
-		var e *exitError
-		if !errors.As(err, &e) || e.err != nil {
-			return exitWith(r.ReportFailure(err), nil)
-		}
+	// err is an exitError here (usageError, runFailed); one without an
+	// error is an ending the command already reported.
+	var e *exitError
+	if r, ok := o.(failureReporter); ok && errors.As(err, &e) && e.err != nil {
+		return exitWith(r.ReportFailure(err), nil)
 	}
 	return err
 }
