@@ -28,7 +28,10 @@ type NodeStatus struct {
 	// NotAfter, CSR and Fingerprint are the installed certificate's
 	// expiry, the CSR that issued it and its full SHA-256, as the agent
 	// reported them (Ready nodes only; verdict.Facts).
-	NotAfter    *time.Time `json:"notAfter,omitempty"`
+	NotAfter *time.Time `json:"notAfter,omitempty"`
+	// NotBefore is its start of validity (agents that state it): a
+	// baseline taken after it was issued is not a before of it.
+	NotBefore   *time.Time `json:"notBefore,omitempty"`
 	CSR         string     `json:"csr,omitempty"`
 	Fingerprint string     `json:"fingerprint,omitempty"`
 	// CAFingerprint and CANotAfter are the root CA the certificate chains
@@ -112,6 +115,9 @@ func Status(nodes []corev1.Node, conditionType corev1.NodeConditionType, taintKe
 			if f, ok := verdict.NodeFacts(n, c); ok {
 				s.NotAfter, s.CSR, s.Fingerprint = &f.NotAfter, f.CSR, f.Fingerprint.String()
 				s.AgentVersion = f.Agent
+				if !f.NotBefore.IsZero() {
+					s.NotBefore = &f.NotBefore
+				}
 				if !f.CA.IsZero() {
 					s.CAFingerprint, s.CANotAfter = f.CA.String(), &f.CANotAfter
 				}

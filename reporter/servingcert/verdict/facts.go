@@ -32,6 +32,10 @@ import (
 // cuts its message at 80 bytes. A reader ignores keys it does not know: a
 // newer agent may state more.
 type Facts struct {
+	// NotBefore is the certificate's start of validity (zero: not stated,
+	// agents before it was added): a signer sets it at issue, backdated
+	// (kube-controller-manager: 5 minutes).
+	NotBefore   time.Time
 	NotAfter    time.Time
 	CSR         string // "" when no CSR proved the certificate (retention)
 	Fingerprint fingerprint.SHA256
@@ -86,6 +90,7 @@ func ParseFacts(message string) (f Facts, ok bool) {
 
 // factsJSON is the annotation's form of Facts.
 type factsJSON struct {
+	NotBefore      string `json:"notBefore,omitempty"`
 	NotAfter       string `json:"notAfter"`
 	CSR            string `json:"csr,omitempty"`
 	SHA256         string `json:"sha256"`
@@ -103,6 +108,9 @@ func (f Facts) Annotation() string {
 	}
 	if !f.ClientNotAfter.IsZero() {
 		j.ClientNotAfter = stamp.Format(f.ClientNotAfter)
+	}
+	if !f.NotBefore.IsZero() {
+		j.NotBefore = stamp.Format(f.NotBefore)
 	}
 	b, err := json.Marshal(j)
 	if err != nil { // strings only: cannot happen
@@ -136,7 +144,7 @@ func ParseAnnotation(value string) (f Facts, ok bool) {
 		fp, err = fingerprint.Parse(s)
 		return fp
 	}
-	f = Facts{NotAfter: parseTime(j.NotAfter), CSR: j.CSR, Fingerprint: parseFP(j.SHA256), CA: parseFP(j.CA),
+	f = Facts{NotBefore: parseTime(j.NotBefore), NotAfter: parseTime(j.NotAfter), CSR: j.CSR, Fingerprint: parseFP(j.SHA256), CA: parseFP(j.CA),
 		CANotAfter: parseTime(j.CANotAfter), ClientNotAfter: parseTime(j.ClientNotAfter), Agent: j.Agent}
 	if err != nil || f.NotAfter.IsZero() || f.Fingerprint.IsZero() {
 		return Facts{}, false

@@ -41,10 +41,11 @@ func TestFactsAnnotationRoundTrip(t *testing.T) {
 		{NotAfter: at, CSR: "node-csr.with.dots-1", Fingerprint: fp},
 		{NotAfter: at, CSR: "csr-abc12", Fingerprint: fp, CA: fingerprint.SHA256{0x01, 31: 0x02}, CANotAfter: at.AddDate(10, 0, 0),
 			ClientNotAfter: at.AddDate(0, -1, 0), Agent: "dev build [x]"},
+		{NotBefore: at.AddDate(-1, 0, 0), NotAfter: at, Fingerprint: fp},
 	} {
 		value := f.Annotation()
 		got, ok := verdict.ParseAnnotation(value)
-		if !ok || !got.NotAfter.Equal(f.NotAfter) || got.CSR != f.CSR || got.Fingerprint != f.Fingerprint || got.CA != f.CA ||
+		if !ok || !got.NotBefore.Equal(f.NotBefore) || !got.NotAfter.Equal(f.NotAfter) || got.CSR != f.CSR || got.Fingerprint != f.Fingerprint || got.CA != f.CA ||
 			!got.CANotAfter.Equal(f.CANotAfter) || !got.ClientNotAfter.Equal(f.ClientNotAfter) || got.Agent != f.Agent {
 			t.Errorf("ParseAnnotation(%s) = %+v, %v; want %+v", value, got, ok, f)
 		}

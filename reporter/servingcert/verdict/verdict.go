@@ -384,7 +384,7 @@ func (e *evaluation) endpoint() Verdict {
 				Reason: Ready,
 				Message: fmt.Sprintf("serving certificate %s valid until %s, %s; presented on %s",
 					in.File.Fingerprint.Short(), stamp.Format(leaf.NotAfter), e.proof, ep.Addr) + inventoryNotes(in),
-				Facts: &Facts{NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
+				Facts: &Facts{NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter, CSR: e.provedBy, Fingerprint: in.File.Fingerprint,
 					CA: fingerprint.Of(e.ca), CANotAfter: caNotAfter(e.ca), ClientNotAfter: in.ClientNotAfter, Agent: in.Agent},
 				Results: e.results,
 				Proof:   e.proof,

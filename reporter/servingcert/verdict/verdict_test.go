@@ -589,10 +589,10 @@ func TestParseFactsReadsWhatEvaluateWrites(t *testing.T) {
 			if strings.Contains(v.Message, "[") || strings.Contains(v.Message, "sha256=") {
 				t.Errorf("message %q carries machine facts", v.Message)
 			}
-			want := verdict.Facts{NotAfter: f.good.Cert.NotAfter.Truncate(time.Second), CSR: tc.wantCSR, Fingerprint: in.File.Fingerprint,
+			want := verdict.Facts{NotBefore: f.good.Cert.NotBefore.Truncate(time.Second), NotAfter: f.good.Cert.NotAfter.Truncate(time.Second), CSR: tc.wantCSR, Fingerprint: in.File.Fingerprint,
 				CA: fingerprint.Of(f.ca.Cert), CANotAfter: f.ca.Cert.NotAfter.Truncate(time.Second), ClientNotAfter: in.ClientNotAfter}
 			same := func(facts verdict.Facts) bool {
-				return facts.NotAfter.Equal(want.NotAfter) && facts.CSR == want.CSR && facts.Fingerprint == want.Fingerprint &&
+				return facts.NotBefore.Equal(want.NotBefore) && facts.NotAfter.Equal(want.NotAfter) && facts.CSR == want.CSR && facts.Fingerprint == want.Fingerprint &&
 					facts.CA == want.CA && facts.CANotAfter.Equal(want.CANotAfter) && facts.ClientNotAfter.Equal(want.ClientNotAfter)
 			}
 			if facts, ok := verdict.ParseAnnotation(v.Facts.Annotation()); !ok || !same(facts) {
