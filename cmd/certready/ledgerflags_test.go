@@ -18,6 +18,9 @@ func TestLedgerFlagsBoundTheFileSink(t *testing.T) {
 		{[]string{"--ledger-max-backups=0"}, "--ledger-max-backups=0: want at least 1"},
 		{[]string{"--ledger-max-backups=-1"}, "--ledger-max-backups=-1: want at least 1"},
 		{[]string{"--ledger-max-size=0"}, "--ledger-max-size=0: want at least 1"},
+		{[]string{"--ledger-redact-key-file=/etc/key"}, "without --ledger-redact"},
+		{[]string{"--ledger-redact", "--ledger-redact-key-file=/nonexistent/key"}, "--ledger-redact-key-file: redaction key"},
+		{[]string{"--ledger-redact"}, ""},
 		{nil, ""},
 	} {
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

@@ -24,6 +24,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+
+	"github.com/certready/certready/internal/redact"
 )
 
 // Schema names the record layout; a change that is not an added optional
@@ -95,6 +97,9 @@ type Record struct {
 	// MaxLineBytes, each with how much was left out: bytes of a text (which
 	// then ends in "…"), entries of a list (its first ones are kept).
 	Truncated map[string]int `json:"truncated,omitempty"`
+	// Redacted: node names are pseudonyms, SANs and addresses are left
+	// out (Config.Redactor).
+	Redacted bool `json:"redacted,omitempty"`
 
 	// Writer, Seq, Prev and Hash chain a writer's records: Writer is
 	// random per process (a restart starts a new chain), Seq counts its
@@ -158,6 +163,11 @@ type Config struct {
 	QueueSize int
 	// Stdout replaces os.Stdout (tests).
 	Stdout io.Writer
+	// Redactor, when set, writes node names as its pseudonyms and leaves
+	// SANs and addresses out (records that leave the cluster). event_id
+	// is a digest of the record before: it still de-duplicates, and names
+	// the unredacted record to whoever holds it.
+	Redactor *redact.Redactor
 }
 
 // ParseSinks reads the --ledger flag: a comma-separated list of "stdout"
@@ -310,12 +320,36 @@ func (l *Ledger) Record(r Record) {
 	}
 	r.Time = r.Time.UTC()
 	r.EventID = r.ID()
+	if l.cfg.Redactor != nil {
+		r = redacted(r, l.cfg.Redactor)
+	}
 	select {
 	case l.queue <- r:
 	default:
 		l.failed.WithLabelValues(sinkQueue).Inc()
 		klog.Background().Error(nil, "Decision ledger queue full: record lost", "eventID", r.EventID, "action", r.Action, "csr", r.CSR, "node", r.Node)
 	}
+}
+
+// redacted is r with its node names as pseudonyms (the node, the agent's
+// actor, the requester's) and its SANs and addresses left out.
+func redacted(r Record, red *redact.Redactor) Record {
+	nodes := []string{r.Node}
+	if r.Component == "agent" {
+		nodes = append(nodes, r.Actor)
+		r.Actor = red.Node(r.Actor)
+	}
+	if n, ok := strings.CutPrefix(r.Requester, "system:node:"); ok {
+		nodes = append(nodes, n)
+		r.Requester = "system:node:" + red.Node(n)
+	} else if r.Requester != "" {
+		r.Requester = red.Text(r.Requester, nodes, r.SANs)
+	}
+	r.Message = red.Text(r.Message, nodes, r.SANs)
+	r.Node = red.Node(r.Node)
+	r.SANs = nil
+	r.Redacted = true
+	return r
 }
 
 // Run writes queued records until ctx ends, then writes what is still

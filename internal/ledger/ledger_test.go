@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/certready/certready/internal/redact"
 )
 
 func TestParseSinks(t *testing.T) {
@@ -149,6 +151,51 @@ func TestRecordsReachEverySinkAndFailuresAreCounted(t *testing.T) {
 	}
 }
 
+// A redacting ledger's records leave the cluster: no node name, SAN or
+// address in any field, yet the same node has the same pseudonym and the
+// event_id is the unredacted record's.
+func TestRedactedRecordsLeaveOutNamesAndSANs(t *testing.T) {
+	red := redact.New([]byte("0123456789abcdef0123456789abcdef"))
+	for _, component := range []string{"approver", "agent"} {
+		var plain, out bytes.Buffer
+		rec := Record{Action: LeftPending, Rule: "IPSANNotInInventory", Node: "worker-1", CSR: "csr-a", CSRUID: "uid-a",
+			Requester: "system:node:worker-1", SANs: []string{"worker-1.example.com", "10.9.9.9"},
+			Message: "IPSANNotInInventory: 10.9.9.9 not recorded for worker-1 (worker-1.example.com asked for)", Time: time.Unix(0, 0)}
+		for _, tc := range []struct {
+			w   *bytes.Buffer
+			red *redact.Redactor
+		}{{&plain, nil}, {&out, red}} {
+			actor := "certready-approver-7c9d-x2"
+			if component == "agent" {
+				actor = "worker-1" // the agent's actor is its node
+			}
+			l, err := New(Config{Sinks: []string{"stdout"}, Component: component, Actor: actor, Stdout: tc.w, Redactor: tc.red}, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.SetCluster("c")
+			l.Record(rec)
+			l.write(<-l.queue)
+		}
+		line := out.String()
+		for _, leak := range []string{"worker-1", "10.9.9.9", "example.com"} {
+			if strings.Contains(line, leak) {
+				t.Errorf("%s: the redacted record names %q: %s", component, leak, line)
+			}
+		}
+		got, want := decodeLines(t, out.Bytes())[0], decodeLines(t, plain.Bytes())[0]
+		if got["event_id"] != want["event_id"] || got["node"] != red.Node("worker-1") || got["redacted"] != true || got["sans"] != nil {
+			t.Errorf("%s: redacted record %v; want the plain one's event_id %v and node %s", component, got, want["event_id"], red.Node("worker-1"))
+		}
+		if component == "agent" && got["actor"] != red.Node("worker-1") {
+			t.Errorf("agent's actor %v, want the node's pseudonym", got["actor"])
+		}
+		if got["message"] != "IPSANNotInInventory: <ip> not recorded for "+red.Node("worker-1")+" (<san> asked for)" {
+			t.Errorf("%s: message %q", component, got["message"])
+		}
+	}
+}
+
 // Record never blocks its caller (an approval): with the writer stuck and
 // the queue full, further records are counted as lost, not waited for.
 func TestAFullQueueCountsLossesAndNeverBlocks(t *testing.T) {
@@ -210,7 +257,7 @@ func TestTheDocumentedSchemaIsTheRecord(t *testing.T) {
 	na := time.Now()
 	full := Record{Schema: Schema, EventID: "x", Time: na, Cluster: "x", Component: "x", Actor: "x", Version: "x", Action: "x",
 		Rule: "x", Message: "x", Status: "x", Node: "x", CSR: "x", CSRUID: "x", Requester: "x", SANs: []string{"x"}, KeyType: "x",
-		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1},
+		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1}, Redacted: true,
 		Writer: "x", Seq: 1, Prev: "x", Hash: "x"}
 	b, err := json.Marshal(full)
 	if err != nil {
