@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -54,6 +55,9 @@ func runOperator(o operator) func(*cobra.Command, []string) error {
 			return usageError(err)
 		}
 		if err := o.Complete(cmd, args); err != nil {
+			if isExitError(err) {
+				return err // Complete chose the status (a refused baseline)
+			}
 			return usageError(err)
 		}
 		if err := o.Validate(); err != nil {
@@ -75,14 +79,15 @@ func newRootCommand(ctx context.Context) *cobra.Command {
 		Long: "certready keeps a Kubernetes node from taking workloads until its kubelet can really serve TLS.\n\n" +
 			"Operators: 'certready status' (or 'kubectl certready') shows which nodes are not ready and why;\n" +
 			"'certready preflight' what a NodeReadinessRule would do; 'certready verify' whether a renewal\n" +
-			"happened; 'certready csr' where each kubelet-serving CSR stands and why ('csr explain NAME').\n" +
+			"happened; 'certready csr' where each kubelet-serving CSR stands and why ('csr explain NAME');\n" +
+			"'certready evidence' records a maintenance run an auditor accepts.\n" +
 			"The other commands are what the manifests run.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Operator commands (read-only, your kubeconfig):"},
 		&cobra.Group{ID: "process", Title: "What the manifests run:"})
-	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand(), newCSRCommand(), newLedgerCommand())
+	root.AddCommand(newStatusCommand(), newPreflightCommand(), newVerifyCommand(), newCSRCommand(), newLedgerCommand(), newEvidenceCommand())
 	for _, c := range commands() {
 		if c.name == "version" {
 			root.AddCommand(processCommand(ctx, c, ""))
@@ -171,6 +176,7 @@ type fleetView struct {
 	selector, condType, taintKey string
 	agentNamespace               string
 	maxAge                       time.Duration
+	clientset                    kubernetes.Interface // made by the first read
 }
 
 func newFleetView(cmd *cobra.Command) *fleetView {
@@ -193,7 +199,7 @@ func (v *fleetView) read(ctx context.Context, userAgent string, now time.Time) (
 // readWithFindings is read, and with findings the agents' cluster
 // findings too.
 func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now time.Time, findings bool) ([]corev1.Node, []fleet.NodeStatus, *foundFindings, error) {
-	client, err := v.client(userAgent)
+	client, err := v.connect(userAgent)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -220,6 +226,50 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 		}
 	}
 	return nodes, rows, found, nil
+}
+
+// connect makes the view's client once.
+func (v *fleetView) connect(userAgent string) (kubernetes.Interface, error) {
+	if v.clientset == nil {
+		c, err := v.client(userAgent)
+		if err != nil {
+			return nil, err
+		}
+		v.clientset = c
+	}
+	return v.clientset, nil
+}
+
+// clusterUID is the cluster's identity, as the ledger records it: the UID
+// of the kube-system Namespace, which names a cluster for as long as it
+// exists.
+func (v *fleetView) clusterUID(ctx context.Context) (string, error) {
+	client, err := v.connect("certready/" + version)
+	if err != nil {
+		return "", err
+	}
+	ns, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading Namespace %s, whose UID names the cluster: %w", metav1.NamespaceSystem, err)
+	}
+	return string(ns.UID), nil
+}
+
+// whoAmI is the operator as the API server authenticates them (a
+// SelfSubjectReview, which every authenticated user may create).
+func (v *fleetView) whoAmI(ctx context.Context) (string, error) {
+	client, err := v.connect("certready/" + version)
+	if err != nil {
+		return "", err
+	}
+	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the API server who you are (SelfSubjectReview): %w", err)
+	}
+	if r.Status.UserInfo.Username == "" {
+		return "", fmt.Errorf("the API server authenticated no user name (SelfSubjectReview): a run must name its operator")
+	}
+	return r.Status.UserInfo.Username, nil
 }
 
 // foundFindings are the agents' cluster findings, or why they were not read.

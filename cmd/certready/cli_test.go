@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/fleet/maintenance"
 )
 
 func TestPluginArgs(t *testing.T) {
@@ -71,19 +72,19 @@ func TestStatusPrinters(t *testing.T) {
 		{`jsonpath={range .nodes[?(@.ready==false)]}{.node} {.reason}{end}`, false, "w2 CSRPending"},
 		{"", true, "w1    true"}, // kubectl's padding
 	} {
-		p, err := statusPrinter(tc.output, tc.noHeaders)
+		p, _, err := statusPrinter(tc.output, tc.noHeaders)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.output, err)
 		}
 		var buf bytes.Buffer
-		if err := p(&buf, rows, now); err != nil {
+		if err := p(&buf, maintenance.StatusDocument{Taken: &now, Nodes: rows}); err != nil {
 			t.Fatalf("%q: %v", tc.output, err)
 		}
 		if !strings.HasPrefix(buf.String(), tc.want) || (tc.noHeaders && strings.Contains(buf.String(), "NODE")) {
 			t.Errorf("-o %q (no headers %v):\n%q, want it to start %q", tc.output, tc.noHeaders, buf.String(), tc.want)
 		}
 	}
-	if _, err := statusPrinter("jsonpath={.nodes[", false); err == nil {
+	if _, _, err := statusPrinter("jsonpath={.nodes[", false); err == nil {
 		t.Error("a broken jsonpath template was accepted")
 	}
 }

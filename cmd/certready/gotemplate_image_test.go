@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/fleet/maintenance"
 )
 
 // The image's build refuses -o go-template before the cluster is read,
@@ -25,16 +25,16 @@ func TestTheImageBuildRefusesGoTemplates(t *testing.T) {
 		if err := checkListOutput(output); !errors.Is(err, errNoGoTemplate) || !strings.Contains(err.Error(), "--output=go-template") {
 			t.Errorf("-o %s: err %v, want the refusal naming the output", output, err)
 		}
-		if _, err := statusPrinter(output, false); !errors.Is(err, errNoGoTemplate) {
+		if _, _, err := statusPrinter(output, false); !errors.Is(err, errNoGoTemplate) {
 			t.Errorf("status -o %s: err %v, want the refusal", output, err)
 		}
 	}
-	p, err := statusPrinter("jsonpath={.nodes[*].node}", false)
+	p, _, err := statusPrinter("jsonpath={.nodes[*].node}", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := p(&out, []fleet.NodeStatus{{Node: "w1"}}, time.Now()); err != nil || out.String() != "w1" {
+	if err := p(&out, maintenance.StatusDocument{Nodes: []fleet.NodeStatus{{Node: "w1"}}}); err != nil || out.String() != "w1" {
 		t.Errorf("jsonpath: %q, %v", out.String(), err)
 	}
 }

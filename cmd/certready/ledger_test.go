@@ -15,6 +15,23 @@ import (
 	"github.com/certready/certready/internal/ledger"
 )
 
+// runRoot runs the command tree on args as main does, and returns the exit
+// status and what the command printed (its output and its error).
+func runRoot(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	root := newRootCommand(context.Background())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err != nil && !isExitError(err) {
+		err = usageError(err)
+	}
+	code := reportError(&out, cmd.CommandPath(), err)
+	return code, out.String()
+}
+
 // certready ledger verify over real ledger files: a whole ledger exits 0,
 // one with a line removed exits 1 naming where; a missing file is an
 // error (2).
@@ -41,14 +58,7 @@ func TestLedgerVerifyCommand(t *testing.T) {
 	}
 	run := func(args ...string) (int, string) {
 		t.Helper()
-		root := newRootCommand(context.Background())
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(append([]string{"ledger", "verify"}, args...))
-		cmd, err := root.ExecuteC()
-		code := reportError(&out, cmd.CommandPath(), err)
-		return code, out.String()
+		return runRoot(t, append([]string{"ledger", "verify"}, args...)...)
 	}
 	if code, out := run(whole); code != 0 || !strings.Contains(out, "Every chain is whole") || !strings.Contains(out, "approver-a") {
 		t.Errorf("a whole ledger: exit %d\n%s", code, out)

@@ -15,9 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/certready/certready/internal/redact"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/fleet/maintenance"
 )
 
 // statusOptions are the fleet view's: one line per node. Exit 0: every
@@ -27,7 +30,13 @@ type statusOptions struct {
 	view                *fleetView
 	output, sortExpr    string
 	problems, noHeaders bool
-	printer             func(io.Writer, []fleet.NodeStatus, time.Time) error
+	printer             func(io.Writer, maintenance.StatusDocument) error
+	redact              redactFlags
+	red                 *redact.Redactor
+	// document: the output is the json document (json, yaml, jsonpath,
+	// custom-columns...), which names the cluster and when it was read:
+	// a baseline for verify.
+	document bool
 }
 
 func newStatusCommand() *cobra.Command {
@@ -52,6 +61,7 @@ func newStatusCommand() *cobra.Command {
 	fs.StringVarP(&o.output, "output", "o", "", "Output format: wide (with problems and messages), json, yaml, name, over the json: jsonpath=<template>, jsonpath-file=<file>, "+goTemplateOutputs+"or over each node's: custom-columns=<spec>, custom-columns-file=<file>. Empty: a table.")
 	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&o.problems, "problems", false, "Only the nodes that are not ready.")
+	o.redact.add(cmd)
 	fs.StringVar(&o.sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
 	return cmd
 }
@@ -64,7 +74,10 @@ func (o *statusOptions) Complete(cmd *cobra.Command, _ []string) error {
 // read.
 func (o *statusOptions) Validate() error {
 	var err error
-	if o.printer, err = statusPrinter(o.output, o.noHeaders); err != nil {
+	if o.red, err = o.redact.redactor(false); err != nil {
+		return err
+	}
+	if o.printer, o.document, err = statusPrinter(o.output, o.noHeaders); err != nil {
 		return err
 	}
 	return sortBy([]fleet.NodeStatus{}, o.sortExpr)
@@ -73,10 +86,12 @@ func (o *statusOptions) Validate() error {
 func (o *statusOptions) Run(ctx context.Context, out io.Writer) error {
 	now := time.Now()
 	text := (o.output == "" || o.output == "wide") && !o.noHeaders
-	nodes, rows, findings, err := o.view.readWithFindings(ctx, "certready-status/"+version, now, text)
+	// The agents' findings are free text about nodes: not shown redacted.
+	nodes, rows, findings, err := o.view.readWithFindings(ctx, "certready-status/"+version, now, text && o.red == nil)
 	if err != nil {
 		return err
 	}
+	fleet.Redact(rows, o.red)
 	notReady, noAgent := len(fleet.Problems(rows)), 0
 	for _, r := range rows {
 		if r.NoAgent != "" {
@@ -89,12 +104,22 @@ func (o *statusOptions) Run(ctx context.Context, out io.Writer) error {
 	if err := sortBy(rows, o.sortExpr); err != nil {
 		return err
 	}
-	if err := o.printer(out, rows, now); err != nil {
+	doc := maintenance.StatusDocument{Taken: &now, Nodes: rows}
+	if o.document {
+		// Best effort: a baseline without its cluster is refused by
+		// verify, which says so; status itself needs none.
+		if doc.Cluster, err = o.view.clusterUID(ctx); err != nil {
+			klog.FromContext(ctx).Info("The cluster's identity is not in the output: verify will refuse it as a baseline", "err", err)
+		}
+	}
+	if err := o.printer(out, doc); err != nil {
 		return err
 	}
 	if text {
 		fmt.Fprint(out, summary(len(nodes), notReady, noAgent))
-		printFindings(out, findings.list, findings.err)
+		if o.red == nil {
+			printFindings(out, findings.list, findings.err)
+		}
 	}
 	if notReady > 0 {
 		return exitWith(1, nil)
@@ -120,40 +145,40 @@ func summary(nodes, notReady, noAgent int) string {
 // the json or yaml document {"nodes": [...]}, or through cli-runtime's
 // printers: name (node/<name>), and jsonpath and go-template (inline or
 // from a file) over the json document.
-func statusPrinter(output string, noHeaders bool) (func(io.Writer, []fleet.NodeStatus, time.Time) error, error) {
+func statusPrinter(output string, noHeaders bool) (printer func(io.Writer, maintenance.StatusDocument) error, document bool, err error) {
 	switch output {
 	case "", "table", "wide":
 		if output == "" {
 			output = "table"
 		}
-		return func(w io.Writer, rows []fleet.NodeStatus, now time.Time) error {
-			return printStatus(w, output, rows, now, noHeaders)
-		}, nil
+		return func(w io.Writer, doc maintenance.StatusDocument) error {
+			return printStatus(w, output, doc.Nodes, *doc.Taken, noHeaders)
+		}, false, nil
 	case "name":
-		return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
+		return func(w io.Writer, doc maintenance.StatusDocument) error {
 			p := printers.NamePrinter{}
-			for _, r := range rows {
+			for _, r := range doc.Nodes {
 				node := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": r.Node}}}
 				if err := p.PrintObj(node, w); err != nil {
 					return err
 				}
 			}
 			return nil
-		}, nil
+		}, false, nil
 	}
 	p, ok, err := newDocPrinter(output, noHeaders, "nodes")
 	if !ok {
-		return nil, fmt.Errorf("--output=%s: want wide, name, %s (empty: a table)", output, docOutputs)
+		return nil, false, fmt.Errorf("--output=%s: want wide, name, %s (empty: a table)", output, docOutputs)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return func(w io.Writer, rows []fleet.NodeStatus, _ time.Time) error {
-		if rows == nil {
-			rows = []fleet.NodeStatus{}
+	return func(w io.Writer, doc maintenance.StatusDocument) error {
+		if doc.Nodes == nil {
+			doc.Nodes = []fleet.NodeStatus{}
 		}
-		return p(w, map[string]any{"nodes": rows})
-	}, nil
+		return p(w, doc)
+	}, true, nil
 }
 
 func printStatus(w io.Writer, output string, rows []fleet.NodeStatus, now time.Time, noHeaders bool) error {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/fleet/maintenance"
 )
 
 func TestPrintStatusFormats(t *testing.T) {
@@ -185,7 +186,7 @@ func TestStatusTemplateOutputs(t *testing.T) {
 		if strings.HasPrefix(tc.output, "go-template") && templateFlavour != "" {
 			continue // the image's build: TestTheImageBuildRefusesGoTemplates
 		}
-		p, err := statusPrinter(tc.output, false)
+		p, _, err := statusPrinter(tc.output, false)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("-o %s: error %v, want %q", tc.output, err, tc.wantErr)
@@ -196,7 +197,7 @@ func TestStatusTemplateOutputs(t *testing.T) {
 			t.Fatalf("-o %s: %v", tc.output, err)
 		}
 		var out bytes.Buffer
-		if err := p(&out, rows, now); err != nil || out.String() != tc.want {
+		if err := p(&out, maintenance.StatusDocument{Taken: &now, Nodes: rows}); err != nil || out.String() != tc.want {
 			t.Errorf("-o %s = %q, %v; want %q", tc.output, out.String(), err, tc.want)
 		}
 	}

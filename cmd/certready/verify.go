@@ -4,16 +4,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/certready/certready/internal/redact"
 	"github.com/certready/certready/reporter/fleet"
+	"github.com/certready/certready/reporter/fleet/maintenance"
 )
 
 // verifyOptions are the runbook's before/after acceptance of a renewal.
@@ -22,7 +26,41 @@ type verifyOptions struct {
 	view                *fleetView
 	baseline, output    string
 	noHeaders, caChange bool
-	before              []fleet.NodeStatus
+	acceptance          acceptanceFlags
+	redact              redactFlags
+	red                 *redact.Redactor
+	before              maintenance.Baseline
+}
+
+// acceptanceFlags bound what a verification accepts as a baseline (verify
+// and evidence close).
+type acceptanceFlags struct {
+	maxAge, issueSlack time.Duration
+}
+
+func (a *acceptanceFlags) addFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&a.maxAge, "max-baseline-age", 7*24*time.Hour, "Refuse a baseline taken longer ago than this (BaselineTooOld, exit 4); 0: no bound.")
+	fs.DurationVar(&a.issueSlack, "issue-slack", 10*time.Minute, "How much earlier than the baseline a certificate it does not show may start (its NotBefore) before the baseline counts as taken after the renewal (BaselineAfterRenewal, exit 5): the signer's backdating (kube-controller-manager: 5m) and the kubelet's and agent's lag.")
+}
+
+func (a *acceptanceFlags) validate() error {
+	if a.maxAge < 0 || a.issueSlack < 0 {
+		return fmt.Errorf("--max-baseline-age=%s --issue-slack=%s: durations cannot be negative", a.maxAge, a.issueSlack)
+	}
+	return nil
+}
+
+// accept refuses a baseline that does not bind the renewal seen now
+// (maintenance.Accept), ending the command with the refusal's exit status.
+func (a *acceptanceFlags) accept(ctx context.Context, view *fleetView, b maintenance.Baseline, now []fleet.NodeStatus, at time.Time) error {
+	cluster, err := view.clusterUID(ctx)
+	if err != nil {
+		return err
+	}
+	if r := maintenance.Accept(b, now, maintenance.Bounds{Cluster: cluster, Now: at, MaxAge: a.maxAge, IssueSlack: a.issueSlack}); r != nil {
+		return exitWith(r.Exit, r)
+	}
+	return nil
 }
 
 func newVerifyCommand() *cobra.Command {
@@ -32,10 +70,16 @@ func newVerifyCommand() *cobra.Command {
 		GroupID: "fleet",
 		Short:   "Accept a renewal: every node serves a new certificate that expires later than in a baseline.",
 		Long: "Compares the fleet now with a baseline taken before a renewal ('certready status -o json >\n" +
-			"before.json'): a node passes when it was ready with a certificate then, is ready now, serves\n" +
-			"another certificate (full SHA-256) that expires later and chains to the same CA (another one with\n" +
-			"--expect-ca-change). Nodes only in the baseline or only now fail. Read-only.\n" +
-			"Exit 0: every node passed; 1: some did not; 2: error.",
+			"before.json', or a maintenance run's: 'certready evidence open'): a node passes when it was ready\n" +
+			"with a certificate then, is ready now, serves another certificate (full SHA-256) that expires later\n" +
+			"and chains to the same CA (another one with --expect-ca-change). Nodes only in the baseline or only\n" +
+			"now fail. A baseline is refused, before any node is judged, when it names no cluster or time\n" +
+			"(BaselineUnbound) or another cluster (BaselineFromAnotherCluster): exit 3; when older than\n" +
+			"--max-baseline-age (BaselineTooOld) or dated in the future (BaselineFromTheFuture): exit 4; when\n" +
+			"taken after the renewal, showing a certificate that a node had already replaced\n" +
+			"(BaselineAfterRenewal): exit 5; a run whose entries were edited, removed or reordered (RunBroken):\n" +
+			"exit 6. Read-only.\n" +
+			"Exit 0: every node passed; 1: some did not; 2: error; 3 to 6: the baseline was refused.",
 		Example: "  certready status -o json > before.json\n  # renew (e.g. restart kubelets with a short rotation, or wait for rotation)\n  certready verify --baseline before.json\n  certready verify --baseline before.json -l node-role.kubernetes.io/worker -o json",
 		Args:    cobra.NoArgs,
 		RunE:    runOperator(o),
@@ -46,6 +90,8 @@ func newVerifyCommand() *cobra.Command {
 	fs.StringVarP(&o.output, "output", "o", "", outputHelp("nodes", "node"))
 	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table and custom-columns output: no header line and no summary.")
 	fs.BoolVar(&o.caChange, "expect-ca-change", false, "The renewal is a CA rotation's re-issue: each node must chain to another CA than in the baseline. Without it, a node whose CA changed fails.")
+	o.acceptance.addFlags(fs)
+	o.redact.add(cmd)
 	return cmd
 }
 
@@ -59,17 +105,59 @@ func (o *verifyOptions) Complete(cmd *cobra.Command, _ []string) error {
 	return err
 }
 
-func (o *verifyOptions) Validate() error { return checkListOutput(o.output) }
+func (o *verifyOptions) Validate() error {
+	if err := o.acceptance.validate(); err != nil {
+		return err
+	}
+	var err error
+	if o.red, err = o.redact.redactor(false); err != nil {
+		return err
+	}
+	if err := needsRunKey(o.before.Run, o.redact); err != nil {
+		return err
+	}
+	return checkListOutput(o.output)
+}
+
+// needsRunKey refuses to judge a redacted run's baseline without its key:
+// its nodes are pseudonyms, which only the key gives the fleet now.
+func needsRunKey(run *maintenance.Run, f redactFlags) error {
+	if run != nil && run.Redacted && (!f.on || f.keyFile == "") {
+		return fmt.Errorf("run %s is redacted (its nodes are pseudonyms): give --redact --redact-key-file=<the key it was opened with>", run.ID)
+	}
+	return nil
+}
+
+// redactedPair is the baseline and the fleet now under one naming: both
+// as they are, or both as pseudonyms under red (a redacted run's baseline
+// already is).
+func redactedPair(b maintenance.Baseline, now []fleet.NodeStatus, red *redact.Redactor) (maintenance.Baseline, []fleet.NodeStatus) {
+	if red == nil {
+		return b, now
+	}
+	fleet.Redact(now, red)
+	if b.Run == nil || !b.Run.Redacted {
+		b.Nodes = slices.Clone(b.Nodes)
+		fleet.Redact(b.Nodes, red)
+	}
+	return b, now
+}
 
 func (o *verifyOptions) Run(ctx context.Context, out io.Writer) error {
-	nodes, now, err := o.view.read(ctx, "certready-verify/"+version, time.Now())
+	at := time.Now()
+	nodes, now, err := o.view.read(ctx, "certready-verify/"+version, at)
 	if err != nil {
 		return err
 	}
-	before := o.before
+	baseline := o.before
 	if o.view.selector != "" {
-		before = selected(before, nodes)
+		baseline.Nodes = selected(baseline.Nodes, nodes, baseline.Run != nil && baseline.Run.Redacted, o.red)
 	}
+	baseline, now = redactedPair(baseline, now, o.red)
+	if err := o.acceptance.accept(ctx, o.view, baseline, now, at); err != nil {
+		return err
+	}
+	before := baseline.Nodes
 	rows := fleet.Verify(before, now, o.caChange)
 	if err := printVerify(out, o.output, o.noHeaders, rows); err != nil {
 		return err
@@ -82,35 +170,38 @@ func (o *verifyOptions) Run(ctx context.Context, out io.Writer) error {
 	return nil
 }
 
-// readBaseline reads status -o json (or yaml) output.
-func readBaseline(path string) ([]fleet.NodeStatus, error) {
+// readBaseline reads status -o json (or yaml) output, or a maintenance
+// run's baseline (a run that is not whole is refused: exit 6).
+func readBaseline(path string) (maintenance.Baseline, error) {
 	if path == "" {
-		return nil, fmt.Errorf("--baseline is required: take one before the renewal with 'certready status -o json > before.json'")
+		return maintenance.Baseline{}, fmt.Errorf("--baseline is required: take one before the renewal with 'certready status -o json > before.json' or 'certready evidence open'")
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--baseline: %w", err)
+		return maintenance.Baseline{}, fmt.Errorf("--baseline: %w", err)
 	}
-	var doc struct {
-		Nodes *[]fleet.NodeStatus `json:"nodes"`
+	b, err := maintenance.ParseBaseline(data)
+	var refusal *maintenance.Refusal
+	if errors.As(err, &refusal) {
+		return b, exitWith(refusal.Exit, fmt.Errorf("--baseline=%s: %w", path, err))
 	}
-	const want = "is not the output of 'certready status -o json' ({\"nodes\": [...]})"
-	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
-		return nil, fmt.Errorf("--baseline=%s %s: %w", path, want, err)
+	if err != nil {
+		return b, fmt.Errorf("--baseline=%s %w", path, err)
 	}
-	if doc.Nodes == nil {
-		return nil, fmt.Errorf("--baseline=%s %s: no nodes field", path, want)
-	}
-	return *doc.Nodes, nil
+	return b, nil
 }
 
 // selected keeps the baseline's nodes that -l selects now: a node the
 // selector leaves out is not a failure. (A baseline node gone from the
 // cluster cannot be told from one the selector leaves out; with -l, it is
 // not reported.)
-func selected(before []fleet.NodeStatus, nodes []corev1.Node) []fleet.NodeStatus {
+func selected(before []fleet.NodeStatus, nodes []corev1.Node, pseudonyms bool, red *redact.Redactor) []fleet.NodeStatus {
 	now := map[string]bool{}
 	for _, n := range nodes {
+		if pseudonyms {
+			now[red.Node(n.Name)] = true
+			continue
+		}
 		now[n.Name] = true
 	}
 	var out []fleet.NodeStatus

@@ -27,19 +27,20 @@ func TestReadBaseline(t *testing.T) {
 	}{
 		{"no flag", "", "--baseline is required", 0},
 		{"missing file", filepath.Join(dir, "absent.json"), "absent.json", 0},
-		{"kubectl get nodes -o json instead", write("nodes.json", `{"apiVersion":"v1","kind":"List","items":[]}`), "is not the output of 'certready status -o json'", 0},
-		{"not JSON", write("garbage.json", "certready status output\n"), "is not the output", 0},
+		{"kubectl get nodes -o json instead", write("nodes.json", `{"apiVersion":"v1","kind":"List","items":[]}`), "is neither a maintenance run nor the output of 'certready status -o json'", 0},
+		{"not JSON", write("garbage.json", "certready status output\n"), "is neither a maintenance run", 0},
 		{"status -o json", write("before.json", `{"nodes":[{"node":"w1","ready":true,"status":"False","fingerprint":"`+strings.Repeat("a", 64)+`","tainted":false}]}`), "", 1},
 		{"status -o yaml", write("before.yaml", "nodes:\n- node: w1\n  ready: true\n  status: \"False\"\n  tainted: false\n- node: w2\n  ready: false\n  status: \"True\"\n  tainted: true\n"), "", 2},
 		{"an empty fleet", write("empty.json", `{"nodes":[]}`), "", 0},
+		{"a run whose baseline was edited", write("run.json", `{"schema":"certready.io/maintenance-run/v1","id":"run-0","cluster":"c","operator":"o","opened":"2026-12-06T08:00:00Z","nonce":"n","entries":[]}`), "RunBroken", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes, err := readBaseline(tc.path)
+			b, err := readBaseline(tc.path)
 			switch {
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Errorf("error %v, want one with %q", err, tc.wantErr)
-			case tc.wantErr == "" && (err != nil || len(nodes) != tc.nodes):
-				t.Errorf("%d nodes, %v; want %d", len(nodes), err, tc.nodes)
+			case tc.wantErr == "" && (err != nil || len(b.Nodes) != tc.nodes):
+				t.Errorf("%d nodes, %v; want %d", len(b.Nodes), err, tc.nodes)
 			}
 		})
 	}
