@@ -229,6 +229,11 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	t.Logf("%s ready: %s", n.Name, certCondition(got).Message)
 	kubeconfig := writeKubeconfig(t, cluster.AdminConfig())
 	baseline, _ := runCertready(t, ctx, "status", "--kubeconfig="+kubeconfig, "-o", "json")
+	// The same renewal as a maintenance run an auditor accepts, plain and
+	// redacted: the baseline now, a step per action, the final
+	// verification after.
+	run := openRun(t, ctx, kubeconfig, n.Name, false)
+	redactedRun := openRun(t, ctx, kubeconfig, n.Name, true)
 	baselineFile := filepath.Join(t.TempDir(), "before.json")
 	if err := os.WriteFile(baselineFile, []byte(baseline), 0o600); err != nil {
 		t.Fatal(err)
@@ -254,6 +259,8 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	}
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
+	run.step(ctx, "stop-approver")
+	redactedRun.step(ctx, "stop-approver")
 	c := certCondition(waitCondition(t, ctx, n.Name, 5*time.Minute, "CertificateExpired", hasReason("CertificateExpired", corev1.ConditionTrue)))
 	t.Logf("expired: %s", c.Message)
 	// Before it expired, the agent saw the renewal stuck (the kubelet's
@@ -273,10 +280,18 @@ func TestExpiredCertificateIsReportedAndRenewalRecovers(t *testing.T) {
 	}
 	t.Logf("event RenewalStuck: %s", stuck)
 	scaleApprover(t, ctx, 2)
+	run.step(ctx, "restore-approver")
+	redactedRun.step(ctx, "restore-approver")
 	waitCondition(t, ctx, n.Name, 3*time.Minute, "ready again after renewal", func(n *corev1.Node) bool {
 		c := certCondition(n)
 		return c != nil && c.Status == corev1.ConditionFalse
 	})
+	checkClosedRun(t, ctx, run.close(ctx), n.Name, "stop-approver", "restore-approver")
+	checkClosedRun(t, ctx, redactedRun.close(ctx), n.Name, "stop-approver", "restore-approver")
+	if out, _ := runCertready(t, ctx, "status", "--kubeconfig="+kubeconfig, "--redact", "-o", "json"); strings.Contains(out, n.Name) || !strings.Contains(out, `"node": "node-`) {
+		t.Errorf("status --redact names %s, or no pseudonym:\n%s", n.Name, out)
+	}
+	refusedBaselines(t, ctx, kubeconfig, n.Name, baseline, v0.Before.Fingerprint)
 	// The other nodes kept their certificates: verify exits 1 for them;
 	// this node passes, with a new fingerprint that expires later.
 	v, code := verify()

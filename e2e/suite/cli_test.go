@@ -28,23 +28,37 @@ import (
 // exit code; a run that could not start or exit fails the test.
 func runCertready(t *testing.T, ctx context.Context, args ...string) (string, int) {
 	t.Helper()
+	out, _, code := runCertreadyOutputs(t, ctx, args...)
+	return out, code
+}
+
+// runCertreadyWithStderr is runCertready with what it wrote on standard
+// error after its output: where a refusal says why.
+func runCertreadyWithStderr(t *testing.T, ctx context.Context, args ...string) (string, int) {
+	t.Helper()
+	out, stderr, code := runCertreadyOutputs(t, ctx, args...)
+	return out + stderr, code
+}
+
+func runCertreadyOutputs(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	bin := os.Getenv("CERTREADY_BIN")
 	if bin == "" {
 		t.Fatal("CERTREADY_BIN (the certready binary built for this host) is not set; run the suite through make e2e or make e2e-kind")
 	}
-	var stderr bytes.Buffer
+	var errBuf bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stderr = &stderr
+	cmd.Stderr = &errBuf
 	out, err := cmd.Output()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
-		return string(out), 0
+		return string(out), errBuf.String(), 0
 	case errors.As(err, &exit):
-		return string(out), exit.ExitCode()
+		return string(out), errBuf.String(), exit.ExitCode()
 	}
-	t.Fatalf("certready %s: %v\n%s%s", args[0], err, out, stderr.String())
-	return "", -1
+	t.Fatalf("certready %s: %v\n%s%s", args[0], err, out, errBuf.String())
+	return "", "", -1
 }
 
 // The safe rollout's preflight, as an operator runs it with a kubeconfig:
