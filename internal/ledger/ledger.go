@@ -79,6 +79,11 @@ type Record struct {
 	// Unknown).
 	Status string `json:"status,omitempty"`
 
+	// WorkloadCluster is, in Cluster API mode, the workload cluster the
+	// record is about: namespace/name of its Cluster in the management
+	// cluster (which Cluster names).
+	WorkloadCluster string `json:"workload_cluster,omitempty"`
+
 	Node      string   `json:"node,omitempty"`
 	CSR       string   `json:"csr,omitempty"`
 	CSRUID    string   `json:"csr_uid,omitempty"`
@@ -131,6 +136,9 @@ func (r Record) ID() string {
 		r.CertificateSHA256, r.PreviousSHA256, r.Key} {
 		// Length-prefixed: no two field lists hash alike.
 		fmt.Fprintf(h, "%d:%s;", len(f), f)
+	}
+	if r.WorkloadCluster != "" { // absent: the IDs records had before it
+		fmt.Fprintf(h, "workload_cluster=%d:%s;", len(r.WorkloadCluster), r.WorkloadCluster)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }

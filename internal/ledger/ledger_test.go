@@ -53,6 +53,11 @@ func TestEventIDIsStableForTheSameEventOnly(t *testing.T) {
 	base := Record{Cluster: "c1", Component: "approver", Action: LeftPending, Rule: "IPSANNotInInventory",
 		Node: "worker-1", CSR: "csr-a", CSRUID: "uid-a"}
 	id := base.ID()
+	// Records without a workload cluster keep the IDs they had before
+	// the field was added (a digest computed as then).
+	if id != "f900166471b248364f1f6bf902027700" {
+		t.Errorf("event_id %s, want %s as before workload_cluster was added", id, "f900166471b248364f1f6bf902027700")
+	}
 	same := base
 	same.Time, same.Actor, same.Version, same.Message, same.SANs = time.Now(), "replica-2", "v9", "other words", []string{"x"}
 	if same.ID() != id {
@@ -66,6 +71,8 @@ func TestEventIDIsStableForTheSameEventOnly(t *testing.T) {
 		"node":        func(r *Record) { r.Node = "worker-2" },
 		"fingerprint": func(r *Record) { r.CertificateSHA256 = "ab" },
 		"key":         func(r *Record) { r.Key = "2026-12-02T10:00:00Z" },
+		// The same CSR name and node in two workload clusters.
+		"workload cluster": func(r *Record) { r.WorkloadCluster = "tenant-a/prod" },
 		// Length-prefixed fields: moving a character between two
 		// neighbours is another event.
 		"boundary": func(r *Record) { r.Node, r.CSR = "worker-1c", "sr-a" },
@@ -257,7 +264,7 @@ func TestTheDocumentedSchemaIsTheRecord(t *testing.T) {
 	na := time.Now()
 	full := Record{Schema: Schema, EventID: "x", Time: na, Cluster: "x", Component: "x", Actor: "x", Version: "x", Action: "x",
 		Rule: "x", Message: "x", Status: "x", Node: "x", CSR: "x", CSRUID: "x", Requester: "x", SANs: []string{"x"}, KeyType: "x",
-		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1}, Redacted: true,
+		CertificateSHA256: "x", NotAfter: &na, PreviousSHA256: "x", PreviousNotAfter: &na, Key: "x", Truncated: map[string]int{"x": 1}, Redacted: true, WorkloadCluster: "x",
 		Writer: "x", Seq: 1, Prev: "x", Hash: "x"}
 	b, err := json.Marshal(full)
 	if err != nil {

@@ -88,6 +88,11 @@ type Manager struct {
 	// controller acts, 0 while it connects or after it failed (retried
 	// with backoff); a cluster no longer served has no series.
 	synced *prometheus.GaugeVec
+	// observable is, for every selected Cluster, 1 when its CSRs are
+	// being decided, 0 when they cannot be: no kubeconfig Secret, one
+	// refused, its API server unreachable or past the bounds, or still
+	// connecting. The alert CertReadyWorkloadClusterUnobservable reads it.
+	observable *prometheus.GaugeVec
 }
 
 type workload struct {
@@ -131,6 +136,23 @@ func (w *workload) extra() map[string]string {
 	return map[string]string{w.endpoint: "the Cluster's spec.controlPlaneEndpoint"}
 }
 
+// sources are the evidence the policy judges a workload cluster's CSRs
+// by: its own API server (its endpoints and Service, the kubeconfig's
+// host, the certificate it presents, the Cluster's
+// spec.controlPlaneEndpoint; not the management cluster's), its Machines'
+// addresses, and its service and pod ranges.
+func (w *workload) sources(client kubernetes.Interface, rc *rest.Config, inv Inventory, onChange func()) evidence.Sources {
+	return evidence.Sources{
+		Client: client, REST: rc, ExtraAPIServer: w.extra(),
+		OnChange:       onChange,
+		Inventory:      inv,
+		HostsAPIServer: inv.HostsAPIServer,
+		HostRule:       "its Machine labelled " + ControlPlaneLabel,
+		HostOwn:        inv.Lookup,
+		NotNodeAddress: w.ranges.NotNodeAddress,
+	}
+}
+
 // checkedConfig is the workload cluster's connection, when its Secret is
 // Cluster API's and its kubeconfig holds nothing the approver refuses.
 func checkedConfig(secret *corev1.Secret, cluster *unstructured.Unstructured) (*rest.Config, error) {
@@ -166,6 +188,10 @@ func New(cfg Config, mgmt kubernetes.Interface, dyn dynamic.Interface, recorder 
 			Name: "certready_approver_capi_cluster_synced",
 			Help: "1 when the workload cluster's caches synced and its CSRs are being decided; 0 while connecting, or after its API server failed (too large, too slow, unreachable; retried with backoff).",
 		}, []string{"cluster"}),
+		observable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "certready_approver_capi_cluster_observable",
+			Help: "For every selected Cluster: 1 when its kubelet-serving CSRs are being decided; 0 when they cannot be (no kubeconfig Secret, the kubeconfig refused, its API server unreachable or past the bounds, or connecting).",
+		}, []string{"cluster"}),
 	}
 	m.queue = workloop.New(workloop.Config[string]{Name: "certready-capi-clusters", KeyName: "cluster",
 		Failure: "Workload cluster not served; retrying"}, workloop.Errors(m.reconcile))
@@ -183,6 +209,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.reg.Unregister(m.synced)
+	if err := m.reg.Register(m.observable); err != nil {
+		return err
+	}
+	defer m.reg.Unregister(m.observable)
 	if err := m.reg.Register(m.failed); err != nil {
 		return err
 	}
@@ -303,6 +333,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 	}
 	secret, err := m.secrets.Secrets(ns).Get(KubeconfigSecretName(name))
 	if apierrors.IsNotFound(err) {
+		m.observable.WithLabelValues(key).Set(0)
 		if cur != nil {
 			logger.Info("Kubeconfig Secret gone: no longer serving the cluster", "secret", ns+"/"+KubeconfigSecretName(name))
 			m.stop(key)
@@ -339,6 +370,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		// No connection at all: a refused kubeconfig is never dialled.
 		logger.Info("Kubeconfig refused; not serving the cluster", "secret", secret.Name, "reason", err.Error())
+		m.observable.WithLabelValues(key).Set(0)
 		m.recorder.Eventf(clusterObj, corev1.EventTypeWarning, "KubeconfigRefused", "certready: %v", err)
 		return nil // looked at again when the Secret or the Cluster changes
 	}
@@ -359,6 +391,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 	m.running[key] = w
 	m.served.Set(float64(len(m.running)))
 	m.synced.WithLabelValues(key).Set(0)
+	m.observable.WithLabelValues(key).Set(0)
 	m.mu.Unlock()
 	// Each cluster is served by goroutines of its own: one that fails,
 	// hangs or answers too much never holds up the others. A failure is
@@ -376,6 +409,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 				delete(m.running, key)
 				m.served.Set(float64(len(m.running)))
 				m.synced.WithLabelValues(key).Set(0)
+				m.observable.WithLabelValues(key).Set(0)
 			}
 			f := m.failures[key]
 			f.n++
@@ -408,21 +442,13 @@ func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime
 	// spec.controlPlaneEndpoint; not the management cluster's. What the
 	// infrastructure provider recorded on a control-plane Machine is
 	// that node's own, API server addresses included.
-	ev, err := evidence.New(evidence.Sources{
-		Client: client, REST: rc, ExtraAPIServer: w.extra(),
-		OnChange: func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.ctrl != nil {
-				w.ctrl.EnqueueAll()
-			}
-		},
-		Inventory:      inv,
-		HostsAPIServer: inv.HostsAPIServer,
-		HostRule:       "its Machine labelled " + ControlPlaneLabel,
-		HostOwn:        inv.Lookup,
-		NotNodeAddress: w.ranges.NotNodeAddress,
-	})
+	ev, err := evidence.New(w.sources(client, rc, inv, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.ctrl != nil {
+			w.ctrl.EnqueueAll()
+		}
+	}))
 	if err != nil {
 		return err
 	}
@@ -432,6 +458,7 @@ func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime
 	w.mu.Unlock()
 	cfg := m.cfg.Controller
 	cfg.Evidence = ev.Policy
+	cfg.WorkloadCluster = clusterKey(ns, name)
 
 	onCSR, stopEvents := events.Recorder(ctx, client, "certready-approver")
 	defer stopEvents()
@@ -460,6 +487,7 @@ func (m *Manager) serve(ctx context.Context, ns, name string, clusterObj runtime
 	if m.running[key] == w {
 		delete(m.failures, key)
 		m.synced.WithLabelValues(key).Set(1)
+		m.observable.WithLabelValues(key).Set(1)
 	}
 	m.mu.Unlock()
 	return ctrl.Run(ctx)
@@ -478,6 +506,7 @@ func (m *Manager) forget(key string) {
 	delete(m.failures, key)
 	m.mu.Unlock()
 	m.synced.DeleteLabelValues(key)
+	m.observable.DeleteLabelValues(key)
 	m.failed.DeleteLabelValues(key)
 }
 

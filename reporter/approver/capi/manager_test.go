@@ -234,6 +234,16 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return -1
 }
 
+// observable is certready_approver_capi_cluster_observable{cluster=key}:
+// -1 when there is no such series.
+func observable(t *testing.T, reg *prometheus.Registry, key string) float64 {
+	t.Helper()
+	if s := testmetrics.Series(t, reg, "certready_approver_capi_cluster_observable", map[string]string{"cluster": key}); len(s) == 1 {
+		return testmetrics.Value(s[0])
+	}
+	return -1
+}
+
 // clusterLabelled says whether a metric family carries a series with
 // cluster=<key>.
 func clusterLabelled(t *testing.T, reg *prometheus.Registry, name, key string) bool {
@@ -269,6 +279,14 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 	e.poll("approved the CSR of a node whose Machine records its address", func() bool { return approvedIn(prodA, good.Name) })
 	if got := gauge(t, e.reg, "certready_approver_capi_clusters"); got != 1 {
 		t.Errorf("certready_approver_capi_clusters %v, want 1 (prod; other is not selected, broken has no Secret)", got)
+	}
+	// Observable: prod served; broken selected but without a Secret (0);
+	// other not selected (no series).
+	e.poll("prod observable, broken not", func() bool {
+		return observable(t, e.reg, "tenant-a/prod") == 1 && observable(t, e.reg, "tenant-a/broken") == 0
+	})
+	if got := observable(t, e.reg, "tenant-a/other"); got != -1 {
+		t.Errorf("observable{cluster=tenant-a/other} = %v for a Cluster the selector leaves out, want no series", got)
 	}
 	// The counter follows the approval write.
 	e.poll("labelled the workload cluster's decisions cluster=tenant-a/prod", func() bool {
@@ -330,7 +348,11 @@ func TestManagerFollowsClustersAndTheirKubeconfigs(t *testing.T) {
 	if err := e.dyn.Resource(capi.ClusterGVR).Namespace("tenant-a").Delete(context.Background(), "prod", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if got := observable(t, e.reg, "tenant-a/broken"); got != 0 {
+		t.Errorf("observable{cluster=tenant-a/broken} = %v with its kubeconfig refused, want 0", got)
+	}
 	e.poll("stopped serving the deleted Cluster", func() bool { return gauge(t, e.reg, "certready_approver_capi_clusters") == 0 })
+	e.poll("dropped the deleted Cluster's observable series", func() bool { return observable(t, e.reg, "tenant-a/prod") == -1 })
 	e.poll("unregistered the deleted Cluster's metrics", func() bool {
 		return !clusterLabelled(t, e.reg, "certready_approver_decisions_total", "tenant-a/prod")
 	})

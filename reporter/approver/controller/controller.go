@@ -57,6 +57,10 @@ type Config struct {
 	FloodRetry time.Duration
 	// Ledger receives a record of every decision (nil: none).
 	Ledger *ledger.Ledger
+	// WorkloadCluster names, in Cluster API mode, the workload cluster
+	// whose CSRs this controller decides (namespace/name of its Cluster in
+	// the management cluster); its ledger records carry it.
+	WorkloadCluster string
 	// NoteClient writes the refusal annotations (nil: the main client):
 	// a client of its own keeps them off the approvals' rate budget.
 	NoteClient kubernetes.Interface
@@ -559,7 +563,7 @@ func (c *Controller) record(action ledger.Action, csr *certv1.CertificateSigning
 		return
 	}
 	r := ledger.Record{Action: action, Rule: string(d.Rule), Message: msg, Node: d.Node,
-		CSR: csr.Name, CSRUID: string(csr.UID), Requester: csr.Spec.Username}
+		CSR: csr.Name, CSRUID: string(csr.UID), Requester: csr.Spec.Username, WorkloadCluster: c.cfg.WorkloadCluster}
 	if d.Request != nil {
 		r.SANs, r.KeyType = policy.SANs(d.Request), policy.KeyType(d.Request.PublicKey)
 	}
