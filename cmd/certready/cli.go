@@ -177,6 +177,9 @@ type fleetView struct {
 	agentNamespace               string
 	maxAge                       time.Duration
 	clientset                    kubernetes.Interface // made by the first read
+	// workload, when set, is the cluster read instead of the
+	// kubeconfig's: a Cluster API workload cluster (status --cluster-api).
+	workload *rest.Config
 }
 
 func newFleetView(cmd *cobra.Command) *fleetView {
@@ -219,7 +222,7 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 	}
 	fleet.MarkNoAgent(rows, nodes, agents, v.taintKey)
 	if fleet.NRCMarked(rows) {
-		if cfg, err := v.restConfig(userAgent); err == nil {
+		if cfg, err := v.config(userAgent); err == nil {
 			if dyn, err := dynamic.NewForConfig(cfg); err == nil {
 				fleet.NameRules(rows, ruleNames(ctx, dyn))
 			}
@@ -231,13 +234,31 @@ func (v *fleetView) readWithFindings(ctx context.Context, userAgent string, now 
 // connect makes the view's client once.
 func (v *fleetView) connect(userAgent string) (kubernetes.Interface, error) {
 	if v.clientset == nil {
-		c, err := v.client(userAgent)
+		cfg, err := v.config(userAgent)
 		if err != nil {
 			return nil, err
 		}
-		v.clientset = c
+		if v.clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, err
+		}
 	}
 	return v.clientset, nil
+}
+
+// config is the connection to the cluster the view reads.
+func (v *fleetView) config(userAgent string) (*rest.Config, error) {
+	if v.workload != nil {
+		return v.workload, nil
+	}
+	return v.restConfig(userAgent)
+}
+
+// forWorkload is the view of a workload cluster: the same selector and
+// readings, through cfg.
+func (v *fleetView) forWorkload(cfg *rest.Config) *fleetView {
+	w := *v
+	w.clientset, w.workload = nil, cfg
+	return &w
 }
 
 // clusterUID is the cluster's identity, as the ledger records it: the UID

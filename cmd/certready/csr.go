@@ -18,12 +18,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/certready/certready/internal/names"
 	"github.com/certready/certready/internal/stamp"
 	"github.com/certready/certready/reporter/approver"
+	"github.com/certready/certready/reporter/approver/capi"
 	"github.com/certready/certready/reporter/approver/policy"
 	"github.com/certready/certready/reporter/fleet"
 )
@@ -169,6 +171,8 @@ type Explanation struct {
 	Decision DecisionView `json:"decision"`
 	// ApproverConfig says whose flags configured the policy.
 	ApproverConfig string `json:"approverConfig"`
+	// WorkloadCluster is, with --cluster-api, the Cluster whose CSR it is.
+	WorkloadCluster string `json:"workloadCluster,omitempty"`
 }
 
 // RequestView is the decoded request: what 'openssl req -text' showed.
@@ -198,6 +202,8 @@ type explainOptions struct {
 	flags                                    *fleetFlags
 	name, output, approverRef, inventory, ns string
 	timeout                                  time.Duration
+	clusterAPI                               bool
+	workload                                 string
 }
 
 func newCSRExplainCommand() *cobra.Command {
@@ -224,6 +230,8 @@ func newCSRExplainCommand() *cobra.Command {
 	fs.StringVar(&o.inventory, "inventory", "", "Replace the approver's --inventory (for example with a local copy of the file its pod reads: explain never opens a file the Deployment names).")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Bounds the whole command: every API request (the CSR, the approver's Deployment, discovery, the caches of CSRs and Nodes, the inventory) ends by then.")
 	fs.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml. Empty: text.")
+	fs.BoolVar(&o.clusterAPI, "cluster-api", false, "The kubeconfig is a Cluster API management cluster's, where the approver runs with --cluster-api: explain a CSR of the workload cluster --workload-cluster names, against its Machines, reached through its Cluster's kubeconfig Secret as the approver reaches it.")
+	fs.StringVar(&o.workload, "workload-cluster", "", "--cluster-api: the workload cluster, <namespace>/<name> of its Cluster in the management cluster.")
 	return cmd
 }
 
@@ -232,10 +240,20 @@ func (o *explainOptions) Complete(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func (o *explainOptions) Validate() error { return checkOutput(o.output) }
+func (o *explainOptions) Validate() error {
+	switch ns, name, ok := strings.Cut(o.workload, "/"); {
+	case o.clusterAPI && o.workload == "":
+		return fmt.Errorf("--cluster-api: name the workload cluster whose CSR %s is, --workload-cluster=<namespace>/<name> of its Cluster ('certready status --cluster-api' lists them)", o.name)
+	case o.workload != "" && !o.clusterAPI:
+		return fmt.Errorf("--workload-cluster=%s without --cluster-api: set both, or neither", o.workload)
+	case o.workload != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")):
+		return fmt.Errorf("--workload-cluster=%s: want <namespace>/<name> of a Cluster", o.workload)
+	}
+	return checkOutput(o.output)
+}
 
 func (o *explainOptions) Run(ctx context.Context, out io.Writer) error {
-	ex, d, err := explain(ctx, o.flags, o.name, o.approverRef, o.ns, o.inventory, o.timeout)
+	ex, d, err := explain(ctx, o.flags, o.name, o.approverRef, o.ns, o.inventory, o.timeout, o.workload)
 	if err != nil {
 		return err
 	}
@@ -258,7 +276,7 @@ func (o *explainOptions) Run(ctx context.Context, out io.Writer) error {
 // its --inventory). Every request of it ends within timeout: the context's
 // deadline bounds what takes one, and the client's own timeout what does
 // not (discovery), so a hung API server costs at most timeout.
-func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespace, inventory string, timeout time.Duration) (Explanation, policy.Decision, error) {
+func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespace, inventory string, timeout time.Duration, workload string) (Explanation, policy.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The deadline is named in whatever error it caused.
@@ -277,9 +295,20 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 	if err != nil {
 		return Explanation{}, policy.Decision{}, err
 	}
-	csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	// The CSR's cluster: this one, or the workload cluster's.
+	csrClient, wc := client, workloadCluster{}
+	if workload != "" {
+		if wc, err = connectWorkload(ctx, cfg, workload); err != nil {
+			return Explanation{}, policy.Decision{}, timedOut(err)
+		}
+		wc.config.Timeout = timeout
+		if csrClient, err = kubernetes.NewForConfig(wc.config); err != nil {
+			return Explanation{}, policy.Decision{}, err
+		}
+	}
+	csr, err := csrClient.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return Explanation{}, policy.Decision{}, timedOut(fmt.Errorf("reading CSR %s: %w", name, err))
+		return Explanation{}, policy.Decision{}, timedOut(fmt.Errorf("reading CSR %s%s: %w", name, inWorkload(workload), err))
 	}
 	if csr.Spec.SignerName != names.SignerName {
 		return Explanation{}, policy.Decision{}, fmt.Errorf("CSR %s is for signer %s: certready decides only %s requests", csr.Name, csr.Spec.SignerName, names.SignerName)
@@ -294,13 +323,22 @@ func explain(ctx context.Context, flags *fleetFlags, name, approverRef, namespac
 		return Explanation{}, policy.Decision{}, timedOut(err)
 	}
 	o.RESTConfig = cfg
-	d, err := approver.Explain(ctx, client, o, csr)
+	var d policy.Decision
+	if workload != "" {
+		dyn, derr := dynamic.NewForConfig(cfg)
+		if derr != nil {
+			return Explanation{}, policy.Decision{}, derr
+		}
+		d, err = capi.Explain(ctx, o.Controller, dyn, wc.cluster, csrClient, wc.config, csr)
+	} else {
+		d, err = approver.Explain(ctx, client, o, csr)
+	}
 	if err != nil {
 		return Explanation{}, policy.Decision{}, timedOut(err)
 	}
 	ex := Explanation{CSR: fleet.CSRRowOf(csr), Request: requestView(csr, d.Request),
 		Decision:       DecisionView{Approve: d.Approve, Rule: string(d.Rule), Message: d.Message, Transient: d.Transient},
-		ApproverConfig: approverRef}
+		ApproverConfig: approverRef, WorkloadCluster: workload}
 	switch {
 	case ex.ApproverConfig == "":
 		ex.ApproverConfig = "defaults"
@@ -451,6 +489,9 @@ func printExplanation(w io.Writer, ex Explanation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	c := ex.CSR
 	row(tw, "Name:", fmt.Sprintf("%s (uid %s)", c.Name, c.UID))
+	if ex.WorkloadCluster != "" {
+		row(tw, "Workload cluster:", ex.WorkloadCluster+" (Cluster API; judged against its Machines)")
+	}
 	row(tw, "Requester:", c.Requester)
 	row(tw, "Node:", dash(c.Node))
 	row(tw, "Created:", fmt.Sprintf("%s (%s ago)", stamp.Format(c.Created), shortDuration(now.Sub(c.Created))))

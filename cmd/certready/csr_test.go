@@ -169,7 +169,7 @@ func TestExplainEndsWithinItsTimeout(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		start := time.Now()
-		_, _, err := explain(context.Background(), flags, "csr-x", "defaults", "", "", timeout)
+		_, _, err := explain(context.Background(), flags, "csr-x", "defaults", "", "", timeout, "")
 		done <- result{err, time.Since(start)}
 	}()
 	select {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/certready/certready/internal/redact"
 	"github.com/certready/certready/reporter/fleet"
 	"github.com/certready/certready/reporter/fleet/maintenance"
 )
@@ -184,12 +185,19 @@ func (o *evidenceOpenOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A redacted run names no node: not in its baseline, its selector
+	// (-l kubernetes.io/hostname=...) or its message.
+	selector, message := o.view.selector, o.message
+	if red != nil {
+		names := nodeNames(rows)
+		selector, message = red.Text(selector, names, nil), red.Text(message, names, nil)
+	}
 	fleet.Redact(rows, red)
 	nonce := make([]byte, 8)
 	if _, err := rand.Read(nonce); err != nil {
 		return err
 	}
-	run, err := maintenance.Open(cluster, operator, hex.EncodeToString(nonce), now, o.view.selector, o.message, rows, red != nil)
+	run, err := maintenance.Open(cluster, operator, hex.EncodeToString(nonce), now, selector, message, rows, red != nil)
 	if err != nil {
 		return err
 	}
@@ -277,6 +285,9 @@ type evidenceCloseOptions struct {
 	output     string
 	acceptance acceptanceFlags
 	redact     redactFlags
+	// selectorGiven: -l on the command line, which only a redacted run
+	// whose selector named a node takes.
+	selectorGiven bool
 }
 
 func newEvidenceCloseCommand() *cobra.Command {
@@ -309,7 +320,7 @@ func (o *evidenceCloseOptions) Complete(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if f := cmd.Flags().Lookup("selector"); f != nil && f.Changed {
-		return fmt.Errorf("-l/--selector: close judges the nodes the baseline was taken with (its selector); leave it out")
+		o.selectorGiven = true // a redacted run's, checked against it in Run
 	}
 	for _, g := range o.gapFlags {
 		node, reason, ok := strings.Cut(g, "=")
@@ -355,11 +366,22 @@ func (o *evidenceCloseOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o.view.selector = run.Baseline().Selector
+	stored := run.Baseline().Selector
+	switch {
+	case o.selectorGiven && !run.Redacted:
+		return usageError(fmt.Errorf("-l/--selector: close judges the nodes the baseline was taken with (-l %q); leave it out", stored))
+	case !o.selectorGiven && run.Redacted && redact.HasPseudonym(stored):
+		return usageError(fmt.Errorf("run %s was opened with a selector that names a node (recorded redacted: %q): give it again with -l", run.ID, stored))
+	case !o.selectorGiven:
+		o.view.selector = stored
+	}
 	at := time.Now()
 	_, now, err := o.view.read(ctx, "certready-evidence/"+version, at)
 	if err != nil {
 		return err
+	}
+	if o.selectorGiven && red.Text(o.view.selector, nodeNames(now), nil) != stored {
+		return usageError(fmt.Errorf("-l %q is not the selector run %s was opened with (recorded redacted: %q)", o.view.selector, run.ID, stored))
 	}
 	if err := sameCluster(ctx, o.view, run); err != nil {
 		return err
@@ -504,6 +526,15 @@ func printRun(w io.Writer, run *maintenance.Run) error {
 		return err
 	}
 	return nil
+}
+
+// nodeNames are the rows' node names.
+func nodeNames(rows []fleet.NodeStatus) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Node
+	}
+	return out
 }
 
 func passedWord(passed bool) string {

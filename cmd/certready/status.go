@@ -33,6 +33,7 @@ type statusOptions struct {
 	printer             func(io.Writer, maintenance.StatusDocument) error
 	redact              redactFlags
 	red                 *redact.Redactor
+	clusterAPI          clusterAPIFlags
 	// document: the output is the json document (json, yaml, jsonpath,
 	// custom-columns...), which names the cluster and when it was read:
 	// a baseline for verify.
@@ -62,6 +63,7 @@ func newStatusCommand() *cobra.Command {
 	fs.BoolVar(&o.noHeaders, "no-headers", false, "Table output: no header line and no summary.")
 	fs.BoolVar(&o.problems, "problems", false, "Only the nodes that are not ready.")
 	o.redact.add(cmd)
+	o.clusterAPI.add(cmd)
 	fs.StringVar(&o.sortExpr, "sort-by", "", "Sort the nodes by a JSONPath over each node's json, as kubectl's --sort-by (e.g. .notAfter, .reason). Empty: problems first, then by name.")
 	return cmd
 }
@@ -77,6 +79,16 @@ func (o *statusOptions) Validate() error {
 	if o.red, err = o.redact.redactor(false); err != nil {
 		return err
 	}
+	if err := o.clusterAPI.validate(); err != nil {
+		return err
+	}
+	if o.clusterAPI.on {
+		switch o.output {
+		case "", "wide", "json", "yaml":
+		default:
+			return fmt.Errorf("--output=%s with --cluster-api: want wide, json or yaml (empty: a table per cluster)", o.output)
+		}
+	}
 	if o.printer, o.document, err = statusPrinter(o.output, o.noHeaders); err != nil {
 		return err
 	}
@@ -84,6 +96,9 @@ func (o *statusOptions) Validate() error {
 }
 
 func (o *statusOptions) Run(ctx context.Context, out io.Writer) error {
+	if o.clusterAPI.on {
+		return o.runClusterAPI(ctx, out)
+	}
 	now := time.Now()
 	text := (o.output == "" || o.output == "wide") && !o.noHeaders
 	// The agents' findings are free text about nodes: not shown redacted.

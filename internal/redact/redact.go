@@ -90,6 +90,13 @@ func (r *Redactor) Node(name string) string {
 	return "node-" + hex.EncodeToString(m.Sum(nil))[:12]
 }
 
+// pseudonym is what Node writes.
+var pseudonym = regexp.MustCompile(`node-[0-9a-f]{12}`)
+
+// HasPseudonym says whether s holds a node's pseudonym: a redacted text
+// that named a node.
+func HasPseudonym(s string) bool { return pseudonym.MatchString(s) }
+
 // candidate is what may be an address in a text: digits, hex letters,
 // dots and colons (an IPv4 or IPv6 address, perhaps with a port).
 var candidate = regexp.MustCompile(`[0-9A-Fa-f.:]*[.:][0-9A-Fa-f.:]*`)

@@ -24,6 +24,9 @@ func TestNodePseudonymsAreStableUnderAKeyOnly(t *testing.T) {
 	if p := a.Node("worker-1"); !strings.HasPrefix(p, "node-") || strings.Contains(p, "worker") {
 		t.Errorf("pseudonym %q", p)
 	}
+	if !redact.HasPseudonym("kubernetes.io/hostname="+a.Node("worker-1")) || redact.HasPseudonym("kubernetes.io/hostname=worker-1") {
+		t.Error("HasPseudonym does not tell a redacted selector from a plain one")
+	}
 	var none *redact.Redactor
 	if none.Node("worker-1") != "worker-1" || none.Text("10.0.0.1", nil, nil) != "10.0.0.1" {
 		t.Error("the nil redactor changed something")

@@ -192,3 +192,19 @@ func TrimSecret(obj any) (any, error) {
 	}
 	return out, nil
 }
+
+// WorkloadConfig is the connection to cluster's workload cluster through
+// its kubeconfig Secret, made as the approver makes its own: refused when
+// the Secret is not Cluster API's or its kubeconfig holds anything the
+// approver refuses (RESTConfig), and every answer read through the bounds
+// (zero Limits: the defaults). For the operator's commands that look at a
+// workload cluster from the management cluster (certready status
+// --cluster-api): a tenant writes that kubeconfig and runs that server.
+func WorkloadConfig(secret *corev1.Secret, cluster *unstructured.Unstructured, l Limits) (*rest.Config, error) {
+	cfg, err := checkedConfig(secret, cluster)
+	if err != nil {
+		return nil, err
+	}
+	bound(cfg, clusterKey(cluster.GetNamespace(), cluster.GetName()), l.withDefaults(), nil)
+	return cfg, nil
+}
