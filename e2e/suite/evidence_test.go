@@ -40,11 +40,13 @@ func openRun(t *testing.T, ctx context.Context, kubeconfig, node string, redacte
 	return r
 }
 
+// redactArgs are what closing a redacted run takes: its key, and the
+// selector again (the run records it redacted: it names the node).
 func (r *maintenanceRun) redactArgs() []string {
 	if r.keyFile == "" {
 		return nil
 	}
-	return []string{"--redact", "--redact-key-file=" + r.keyFile}
+	return []string{"--redact", "--redact-key-file=" + r.keyFile, "-l", "kubernetes.io/hostname=" + r.node}
 }
 
 func (r *maintenanceRun) step(ctx context.Context, name string) {

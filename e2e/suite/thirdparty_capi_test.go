@@ -237,7 +237,9 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	// exists, which it then picks up as it appears.
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
-	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi")
+	ledgerFile := filepath.Join(t.TempDir(), "ledger.jsonl")
+	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi", "--ledger=file:"+ledgerFile)
+	admin := writeKubeconfig(t, cluster.AdminConfig())
 	waitLog := func(what string) {
 		t.Helper()
 		if err := localcluster.Poll(ctx, time.Minute, "the approver to log "+what, func() (bool, error) { return a.has(what), nil }); err != nil {
@@ -324,6 +326,23 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 		t.Fatalf("CSR %s approved %+v, want the Machines named as the evidence", good, c)
 	}
 	t.Logf("approved with the floating IP %s: %s", floating, csrCondition(issued, certv1.CertificateApproved).Message)
+	// The ledger's record of it names the workload cluster.
+	err = localcluster.Poll(ctx, time.Minute, "the approval's ledger record naming the workload cluster", func() (bool, error) {
+		data, _ := os.ReadFile(ledgerFile)
+		for _, line := range strings.Split(string(data), "\n") {
+			var r map[string]any
+			if json.Unmarshal([]byte(line), &r) == nil && r["action"] == "approved" && r["csr"] == good {
+				if r["workload_cluster"] != ns+"/"+name {
+					return false, fmt.Errorf("ledger record %s: workload_cluster %v, want %s/%s", line, r["workload_cluster"], ns, name)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Another Machine's address, and the workload cluster's own API server
 	// name (its spec.controlPlaneEndpoint, which w2's Machine even records):
@@ -363,6 +382,18 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 			t.Errorf("CSR %s: %v %+v, want pending", bad, err, c)
 		}
 		t.Logf("left pending, on Machine %s: %s: %s", tc.machine, ev.Reason, ev.Message)
+		// The operator asks the management cluster why: the same rule.
+		out, code := runCertready(t, ctx, "csr", "explain", bad, "--cluster-api", "--workload-cluster="+ns+"/"+name, "--approver=defaults", "--kubeconfig="+admin, "-o", "json")
+		var ex struct {
+			Decision struct {
+				Approve bool
+				Rule    string
+			}
+			WorkloadCluster string
+		}
+		if err := json.Unmarshal([]byte(out), &ex); err != nil || code != 1 || ex.Decision.Approve || ex.Decision.Rule != tc.reason || ex.WorkloadCluster != ns+"/"+name {
+			t.Errorf("csr explain %s --cluster-api: exit %d, %+v (%v), want exit 1 and rule %s\n%s", bad, code, ex, err, tc.reason, out)
+		}
 		// Gone before the node asks again below: only a node's newest
 		// request is a candidate, and one filed in the same second with a
 		// greater name would count as the newer.
@@ -389,6 +420,38 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 		t.Fatalf("the tenant's server received %d connections", n)
 	}
 	t.Logf("the tenant's kubeconfig refused; its server received no connection")
+
+	// The fleet from the management cluster: the workload cluster's nodes,
+	// and the tenant's cluster named as not observable, its kubeconfig
+	// refused by the command too (never dialled).
+	out, code := runCertready(t, ctx, "status", "--cluster-api", "--capi-cluster-selector=certready.io/e2e=capi", "--kubeconfig="+admin, "-o", "json")
+	var fleetDoc struct {
+		Clusters []struct {
+			Cluster    string
+			Observable bool
+			Reason     string
+			Nodes      []struct{ Node string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &fleetDoc); err != nil || code != 1 || len(fleetDoc.Clusters) != 2 {
+		t.Fatalf("status --cluster-api: exit %d (%v), want 1 and two clusters\n%s", code, err, out)
+	}
+	evil, workload := fleetDoc.Clusters[0], fleetDoc.Clusters[1]
+	if evil.Cluster != tenant+"/evil" || evil.Observable || !strings.Contains(evil.Reason, "kubeconfig refused") {
+		t.Errorf("status --cluster-api, the tenant's cluster: %+v, want not observable, its kubeconfig refused", evil)
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if workload.Cluster != ns+"/"+name || !workload.Observable || len(workload.Nodes) != len(nodes.Items) {
+		t.Errorf("status --cluster-api, the workload cluster: %+v, want observable with its %d nodes", workload, len(nodes.Items))
+	}
+	if n := dialled(); n != 0 {
+		t.Fatalf("status --cluster-api dialled the tenant's server %d times", n)
+	}
+	table, _ := runCertready(t, ctx, "status", "--cluster-api", "--capi-cluster-selector=certready.io/e2e=capi", "--kubeconfig="+admin)
+	t.Logf("certready status --cluster-api:\n%s", table)
 
 	// A rotated kubeconfig: reconnected, and still approving.
 	cur, err := cs.CoreV1().Secrets(ns).Get(ctx, kcSecret.Name, metav1.GetOptions{})
