@@ -55,6 +55,7 @@ func (r *maintenanceRun) step(ctx context.Context, name string) {
 	if code != 0 || !strings.Contains(out, "Recorded step") {
 		r.t.Fatalf("certready evidence step %s: exit %d\n%s", name, code, out)
 	}
+	r.t.Logf("certready evidence step %s:\n%s", name, out)
 }
 
 // close runs the final verification and returns the closed run as the
@@ -77,9 +78,11 @@ func (r *maintenanceRun) close(ctx context.Context) *maintenance.Run {
 	if err != nil {
 		r.t.Fatalf("the closed run: %v", err)
 	}
-	if out, code := runCertready(r.t, ctx, "evidence", "verify", r.path); code != 0 || !strings.Contains(out, "whole") {
+	out, code = runCertready(r.t, ctx, "evidence", "verify", r.path)
+	if code != 0 || !strings.Contains(out, "whole") {
 		r.t.Errorf("certready evidence verify: exit %d, want 0\n%s", code, out)
 	}
+	r.t.Logf("certready evidence verify:\n%s", out)
 	return run
 }
 
@@ -157,5 +160,6 @@ func refusedBaselines(t *testing.T, ctx context.Context, kubeconfig, node, basel
 		if code != tc.code || !strings.Contains(out, tc.reason) {
 			t.Errorf("verify with a baseline %s: exit %d, want %d naming %s\n%s", tc.name, code, tc.code, tc.reason, out)
 		}
+		t.Logf("certready verify with a baseline %s (exit %d):\n%s", tc.name, code, out)
 	}
 }

@@ -2,7 +2,11 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +19,16 @@ import (
 	"github.com/certready/certready/e2e/localcluster"
 )
 
-// Leader failover: kill the leading approver's process; the other
-// replica takes the Lease and approves the next CSR.
+// Leader failover: kill the leading approver's process during a storm of
+// CSRs; the other replica takes the Lease and approves the next CSR. The
+// ledger of both processes, checked by certready ledger verify, is whole
+// and names the interval no replica led: from the killed leader's last
+// record (it recorded no loss) to the new leader's leader-acquired.
 func TestStandbyApproverTakesOverWhenTheLeaderDies(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	deployed(t)
+	w := cluster.Workers()[0]
+	var leaderLog *followedLog
 	// Wait for a leader that is alive: after the apiserver restart of the
 	// previous scenario the Lease may still name a process that lost it and
 	// exited (its pod's restarted container has another identity). Only the
@@ -41,6 +50,13 @@ func TestStandbyApproverTakesOverWhenTheLeaderDies(t *testing.T) {
 			return false, nil
 		}
 		leaderPod, _, _ = strings.Cut(leader, "_") // identities are <pod>_<per-process suffix>
+		// Its ledger to the last line it writes, then a storm of CSRs
+		// it is deciding when it dies.
+		leaderLog = followLog(t, ctx, leaderPod)
+		for i := 0; i < 30; i++ {
+			name, _ := requestServingCert(t, ctx, w.Name, w.IP)
+			deleteCSRAtCleanup(t, name)
+		}
 		start = time.Now()
 		killed, err := cluster.KillPod(ctx, leaderPod)
 		return err == nil && killed > 0, nil
@@ -66,7 +82,6 @@ func TestStandbyApproverTakesOverWhenTheLeaderDies(t *testing.T) {
 		who = "the killed pod's restarted container"
 	}
 	t.Logf("handover: %s -> %s (%s) in %s (lease duration 15s)", leader, holder, who, time.Since(start).Round(time.Millisecond))
-	w := cluster.Workers()[0]
 	name, _ := requestServingCert(t, ctx, w.Name, w.IP)
 	c := waitIssued(t, ctx, name, time.Minute)
 	if a := csrCondition(c, certv1.CertificateApproved); a.Reason != "CertReadyValidatedNodeIdentity" {
@@ -74,6 +89,84 @@ func TestStandbyApproverTakesOverWhenTheLeaderDies(t *testing.T) {
 	}
 	t.Logf("the new leader approved %s %s after the kill", name, time.Since(start).Round(time.Millisecond))
 	_ = cluster.Clientset().CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{})
+
+	// The ledger: the killed leader's stream (ended by its death) and the
+	// new leader's container's log, as an auditor is given them.
+	killedLedger := leaderLog.wait(t, ctx)
+	newLedger, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).GetLogs(newPod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := []string{filepath.Join(dir, "killed.log"), filepath.Join(dir, "new.log")}
+	for i, data := range [][]byte{killedLedger, newLedger} {
+		if err := os.WriteFile(files[i], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := runCertready(t, ctx, append([]string{"ledger", "verify", "-o", "json"}, files...)...)
+	var report struct {
+		Records  int
+		Findings []map[string]any
+		NoLeader []struct {
+			From, To       time.Time
+			Before, After  string
+			LostUnrecorded bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("certready ledger verify -o json (exit %d): %v\n%s", code, err, out)
+	}
+	if code != 0 || len(report.Findings) != 0 {
+		t.Errorf("ledger verify: exit %d, findings %v; want both chains whole", code, report.Findings)
+	}
+	found := false
+	for _, iv := range report.NoLeader {
+		if iv.Before == leader && iv.After == holder && iv.LostUnrecorded && iv.To.After(iv.From) {
+			found = true
+			t.Logf("ledger verify: no leader from %s (%s's last record) to %s (%s acquired): %s", iv.From.Format(time.RFC3339Nano), iv.Before, iv.To.Format(time.RFC3339Nano), iv.After, iv.To.Sub(iv.From))
+		}
+	}
+	if !found {
+		t.Errorf("ledger verify names no interval from %s to %s: %+v (%d records)", leader, holder, report.NoLeader, report.Records)
+	}
+}
+
+// followedLog is a container's log read as it is written, until the
+// container ends.
+type followedLog struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// followLog follows pod's log from now to its container's end.
+func followLog(t *testing.T, ctx context.Context, pod string) *followedLog {
+	t.Helper()
+	stream, err := cluster.Clientset().CoreV1().Pods(deploy.Namespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatalf("following %s's log: %v", pod, err)
+	}
+	f := &followedLog{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		defer stream.Close()
+		f.data, f.err = io.ReadAll(stream)
+	}()
+	return f
+}
+
+func (f *followedLog) wait(t *testing.T, ctx context.Context) []byte {
+	t.Helper()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		t.Fatal("the killed leader's log stream did not end")
+	}
+	if f.err != nil && len(f.data) == 0 {
+		t.Fatalf("the killed leader's log: %v", f.err)
+	}
+	return f.data
 }
 
 // Approver placement with the real scheduler, in a trusted pool of two

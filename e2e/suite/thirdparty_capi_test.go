@@ -436,7 +436,7 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &fleetDoc); err != nil || code != 1 || len(fleetDoc.Clusters) != 2 {
 		t.Fatalf("status --cluster-api: exit %d (%v), want 1 and two clusters\n%s", code, err, out)
 	}
-	evil, workload := fleetDoc.Clusters[0], fleetDoc.Clusters[1]
+	workload, evil := fleetDoc.Clusters[0], fleetDoc.Clusters[1] // by namespace/name
 	if evil.Cluster != tenant+"/evil" || evil.Observable || !strings.Contains(evil.Reason, "kubeconfig refused") {
 		t.Errorf("status --cluster-api, the tenant's cluster: %+v, want not observable, its kubeconfig refused", evil)
 	}
