@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -79,11 +78,10 @@ func (f *runFile) read() (*maintenance.Run, error) {
 // so a crash leaves the old document or the new, never half of one. A new
 // run (create) never replaces a file.
 func (f *runFile) write(run *maintenance.Run, create bool) error {
-	data, err := json.MarshalIndent(run, "", "  ")
+	data, err := maintenance.Encode(run)
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	if create {
 		file, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -211,8 +209,8 @@ func (o *evidenceOpenOptions) Run(ctx context.Context, out io.Writer) error {
 		}
 	}
 	b := run.Baseline()
-	_, err = fmt.Fprintf(out, "Opened run %s on cluster %s as %s.\nBaseline %s: %d nodes, %d ready with a certificate, taken %s.\n",
-		run.ID, run.Cluster, fleet.Escape(run.Operator), b.ID, len(rows), withCert, b.Time.Format(time.RFC3339))
+	_, err = fmt.Fprintf(out, "Opened run %s on cluster %s as %s.\nBaseline %s: %s, %d ready with a certificate, taken %s.\n",
+		run.ID, run.Cluster, fleet.Escape(run.Operator), b.ID, nodeCount(len(rows)), withCert, b.Time.Format(time.RFC3339))
 	return err
 }
 
@@ -437,8 +435,8 @@ func printClosed(out io.Writer, run *maintenance.Run, v maintenance.Verification
 	}
 	result := passedWord(v.Passed)
 	c := v.Coverage
-	_, err := fmt.Fprintf(out, "Closed run %s: %s. Judged %d nodes (%d in the baseline with a certificate, %d now): %d passed, %d failed, %d declared gaps.\n",
-		run.ID, result, c.Judged, c.Baseline, c.Now, c.Passed, c.Failed, c.Gaps)
+	_, err := fmt.Fprintf(out, "Closed run %s: %s. Judged %s (%d in the baseline with a certificate, %d now): %d passed, %d failed, %d declared gaps.\n",
+		run.ID, result, nodeCount(c.Judged), c.Baseline, c.Now, c.Passed, c.Failed, c.Gaps)
 	return err
 }
 
@@ -511,7 +509,7 @@ func printRun(w io.Writer, run *maintenance.Run) error {
 					ready++
 				}
 			}
-			what = fmt.Sprintf("%d nodes, %d with a certificate. %s", len(e.Nodes), ready, e.Message)
+			what = fmt.Sprintf("%s, %d with a certificate. %s", nodeCount(len(e.Nodes)), ready, e.Message)
 		case maintenance.KindVerification:
 			c := e.Verification.Coverage
 			what = fmt.Sprintf("%s: %d judged, %d passed, %d failed, %d declared gaps. %s", passedWord(e.Verification.Passed), c.Judged, c.Passed, c.Failed, c.Gaps, e.Message)
@@ -526,6 +524,14 @@ func printRun(w io.Writer, run *maintenance.Run) error {
 		return err
 	}
 	return nil
+}
+
+// nodeCount is "1 node", "2 nodes".
+func nodeCount(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
 
 // nodeNames are the rows' node names.

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +31,7 @@ func writeRun(t *testing.T, closed, passed bool) string {
 			t.Fatal(err)
 		}
 	}
-	data, err := json.Marshal(run)
+	data, err := maintenance.Encode(run)
 	if err != nil {
 		t.Fatal(err)
 	}

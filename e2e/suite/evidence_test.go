@@ -33,7 +33,7 @@ func openRun(t *testing.T, ctx context.Context, kubeconfig, node string, redacte
 		args = append(args, "--redact", "--redact-key-file="+r.keyFile)
 	}
 	out, code := runCertready(t, ctx, args...)
-	if code != 0 || !strings.Contains(out, "Opened run run-") || !strings.Contains(out, "1 nodes, 1 ready with a certificate") {
+	if code != 0 || !strings.Contains(out, "Opened run run-") || !strings.Contains(out, "1 node, 1 ready with a certificate") {
 		t.Fatalf("certready evidence open: exit %d\n%s", code, out)
 	}
 	t.Logf("certready evidence open:\n%s", out)

@@ -86,8 +86,22 @@ func Check(run *Run) error {
 	return nil
 }
 
+// Encode is the run's document as it is written: indented JSON and a
+// newline, the one form Parse accepts.
+func Encode(run *Run) ([]byte, error) {
+	data, err := json.MarshalIndent(run, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
 // Parse reads a run document strictly: a field it does not know is not
-// covered by the hashes, so it is refused, as is anything after it.
+// covered by the hashes, so it is refused, as is anything after it. And
+// the document must be byte for byte what Encode writes of what was read:
+// JSON a reader takes otherwise (a key repeated, where Go keeps the last
+// and another reader the first; a key in other case, which Go matches) is
+// refused, so that every reader of an accepted run sees what Check saw.
 func Parse(data []byte) (*Run, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -97,6 +111,14 @@ func Parse(data []byte) (*Run, error) {
 	}
 	if dec.More() {
 		return nil, refuse(RunBroken, ExitRunBroken, "not a maintenance run document (%s): data after it", Schema)
+	}
+	canonical, err := Encode(&run)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(bytes.TrimRight(data, "\n"), bytes.TrimRight(canonical, "\n")) {
+		return nil, refuse(RunBroken, ExitRunBroken,
+			"run %s is not in the form certready writes (reformatted, a key repeated or in other case, a value written otherwise): take the file certready wrote", run.ID)
 	}
 	return &run, nil
 }
