@@ -253,6 +253,24 @@ func (v *fleetView) config(userAgent string) (*rest.Config, error) {
 	return v.restConfig(userAgent)
 }
 
+// allNodeNames are every node's name, whatever -l selects: what a
+// redacted text must not name.
+func (v *fleetView) allNodeNames(ctx context.Context) ([]string, error) {
+	client, err := v.connect("certready/" + version)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := listNodes(ctx, client, "")
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	return names, nil
+}
+
 // forWorkload is the view of a workload cluster: the same selector and
 // readings, through cfg.
 func (v *fleetView) forWorkload(cfg *rest.Config) *fleetView {

@@ -130,7 +130,12 @@ func (o *statusOptions) runClusterAPI(ctx context.Context, out io.Writer) error 
 			cancel()
 		}
 		if w.err != nil {
+			// The error may name the tenant's server: no address or
+			// host under --redact.
 			cs.Reason, cs.Nodes = w.err.Error(), []fleet.NodeStatus{}
+			if o.red != nil {
+				cs.Reason = o.red.Text(cs.Reason, nil, nil)
+			}
 		}
 		cs.Observable = w.err == nil
 		fleet.Redact(cs.Nodes, o.red)

@@ -187,15 +187,22 @@ func (o *evidenceOpenOptions) Run(ctx context.Context, out io.Writer) error {
 	// (-l kubernetes.io/hostname=...) or its message.
 	selector, message := o.view.selector, o.message
 	if red != nil {
-		names := nodeNames(rows)
+		names, err := o.view.allNodeNames(ctx)
+		if err != nil {
+			return err
+		}
 		selector, message = red.Text(selector, names, nil), red.Text(message, names, nil)
 	}
 	fleet.Redact(rows, red)
-	nonce := make([]byte, 8)
-	if _, err := rand.Read(nonce); err != nil {
+	nonceBytes := make([]byte, 8)
+	if _, err := rand.Read(nonceBytes); err != nil {
 		return err
 	}
-	run, err := maintenance.Open(cluster, operator, hex.EncodeToString(nonce), now, selector, message, rows, red != nil)
+	nonce, keyCheck := hex.EncodeToString(nonceBytes), ""
+	if red != nil {
+		keyCheck = runKeyCheck(red, maintenance.NewID(cluster, operator, now.UTC().Truncate(time.Second), nonce))
+	}
+	run, err := maintenance.Open(cluster, operator, nonce, now, selector, message, rows, keyCheck)
 	if err != nil {
 		return err
 	}
@@ -219,6 +226,7 @@ type evidenceStepOptions struct {
 	view          *fleetView
 	file          runFile
 	name, message string
+	redact        redactFlags
 }
 
 func newEvidenceStepCommand() *cobra.Command {
@@ -232,6 +240,7 @@ func newEvidenceStepCommand() *cobra.Command {
 	o.view = newFleetView(cmd)
 	o.file.addFlag(cmd)
 	cmd.Flags().StringVarP(&o.message, "message", "m", "", "What the step did.")
+	o.redact.add(cmd) // a redacted run's: its key scrubs the step's words
 	return cmd
 }
 
@@ -252,6 +261,10 @@ func (o *evidenceStepOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	red, err := redactedRun(run, o.redact)
+	if err != nil {
+		return usageError(err)
+	}
 	if err := sameCluster(ctx, o.view, run); err != nil {
 		return err
 	}
@@ -259,7 +272,15 @@ func (o *evidenceStepOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := run.Step(o.name, by, o.message, time.Now()); err != nil {
+	name, message := o.name, o.message
+	if red != nil {
+		names, err := o.view.allNodeNames(ctx)
+		if err != nil {
+			return err
+		}
+		name, message = red.Text(name, names, nil), red.Text(message, names, nil)
+	}
+	if err := run.Step(name, by, message, time.Now()); err != nil {
 		return err
 	}
 	if err := o.file.write(run, false); err != nil {
@@ -350,13 +371,7 @@ func (o *evidenceCloseOptions) Run(ctx context.Context, out io.Writer) error {
 	if run.Closed() {
 		return fmt.Errorf("run %s is already closed: 'certready evidence verify %s' shows its result", run.ID, o.file.path)
 	}
-	if err := needsRunKey(run, o.redact); err != nil {
-		return usageError(err)
-	}
-	if !run.Redacted && o.redact.on {
-		return usageError(fmt.Errorf("--redact: run %s was opened unredacted; its document keeps the names (redact a copy of the output instead)", run.ID))
-	}
-	red, err := o.redact.redactor(false)
+	red, err := redactedRun(run, o.redact)
 	if err != nil {
 		return usageError(err)
 	}
@@ -392,21 +407,32 @@ func (o *evidenceCloseOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gaps := slices.Clone(o.gaps)
-	for i := range gaps {
-		named := func(n fleet.NodeStatus) bool { return n.Node == gaps[i].Node }
-		if red != nil && !slices.ContainsFunc(baseline.Nodes, named) && !slices.ContainsFunc(now, named) {
-			// A node's name, not its pseudonym: the run records the
-			// pseudonym, and a reason that names no node or address.
-			gaps[i].Reason = red.Text(gaps[i].Reason, []string{gaps[i].Node}, nil)
-			gaps[i].Node = red.Node(gaps[i].Node)
+	gaps, message := slices.Clone(o.gaps), o.message
+	if red != nil {
+		// The run records pseudonyms, and words that name no node or
+		// address: every node's name is scrubbed from what you wrote.
+		names, err := o.view.allNodeNames(ctx)
+		if err != nil {
+			return err
 		}
+		for i := range gaps {
+			named := func(n fleet.NodeStatus) bool { return n.Node == gaps[i].Node }
+			if !slices.ContainsFunc(baseline.Nodes, named) && !slices.ContainsFunc(now, named) {
+				names = append(names, gaps[i].Node) // a name, not its pseudonym
+				gaps[i].Node = red.Node(gaps[i].Node)
+			}
+		}
+		for i := range gaps {
+			gaps[i].Reason = red.Text(gaps[i].Reason, names, nil)
+		}
+		message = red.Text(message, names, nil)
 	}
 	v, err := maintenance.Verify(baseline.Nodes, now, o.caChange, gaps)
 	if err != nil {
 		return usageError(err)
 	}
-	if err := run.Close(by, o.message, at, v); err != nil {
+	v.MaxBaselineAge, v.IssueSlack = o.acceptance.maxAge.String(), o.acceptance.issueSlack.String()
+	if err := run.Close(by, message, at, v); err != nil {
 		return err
 	}
 	if err := o.file.write(run, false); err != nil {
@@ -496,7 +522,11 @@ func (o *evidenceVerifyOptions) Run(_ context.Context, out io.Writer) error {
 
 func printRun(w io.Writer, run *maintenance.Run) error {
 	fmt.Fprintf(w, "Run %s of cluster %s, opened %s by %s: whole (%d entries, each sealed and chained).\n",
-		run.ID, run.Cluster, run.Opened.Format(time.RFC3339), fleet.Escape(run.Operator), len(run.Entries))
+		fleet.Escape(run.ID), fleet.Escape(run.Cluster), run.Opened.Format(time.RFC3339), fleet.Escape(run.Operator), len(run.Entries))
+	if last := run.Entries[len(run.Entries)-1]; last.Verification != nil {
+		fmt.Fprintf(w, "Accepted its baseline under --max-baseline-age=%s --issue-slack=%s.\n",
+			fleet.Escape(last.Verification.MaxBaselineAge), fleet.Escape(last.Verification.IssueSlack))
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ENTRY\tKIND\tNAME\tTIME\tBY\tWHAT")
 	for _, e := range run.Entries {
@@ -524,6 +554,31 @@ func printRun(w io.Writer, run *maintenance.Run) error {
 		return err
 	}
 	return nil
+}
+
+// runKeyCheck is a redacted run's tag of its ID under the redaction key.
+func runKeyCheck(red *redact.Redactor, id string) string { return red.Tag("run-key:" + id) }
+
+// redactedRun is the redactor for run, which must be its key's when the
+// run is redacted (nil for a plain run); f are the command's --redact flags.
+func redactedRun(run *maintenance.Run, f redactFlags) (*redact.Redactor, error) {
+	if err := needsRunKey(run, f); err != nil {
+		return nil, err
+	}
+	if !run.Redacted {
+		if f.on {
+			return nil, fmt.Errorf("--redact: run %s was opened unredacted; its document keeps the names (redact a copy of the output instead)", run.ID)
+		}
+		return nil, nil
+	}
+	red, err := f.redactor(false)
+	if err != nil {
+		return nil, err
+	}
+	if runKeyCheck(red, run.ID) != run.KeyCheck {
+		return nil, fmt.Errorf("--redact-key-file=%s is not the key run %s was opened with: its pseudonyms would match no node", f.keyFile, run.ID)
+	}
+	return red, nil
 }
 
 // nodeCount is "1 node", "2 nodes".

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certready/certready/internal/redact"
 	"github.com/certready/certready/reporter/fleet"
 	"github.com/certready/certready/reporter/fleet/maintenance"
 )
@@ -19,7 +20,7 @@ func writeRun(t *testing.T, closed, passed bool) string {
 	t.Helper()
 	at := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
 	nb := at.AddDate(0, -6, 0)
-	run, err := maintenance.Open("cluster-a", "alice", "n1", at, "", "ticket OPS-1", []fleet.NodeStatus{{Node: "w1", Ready: true, Fingerprint: "aa", NotBefore: &nb}}, false)
+	run, err := maintenance.Open("cluster-a", "alice", "n1", at, "", "ticket OPS-1", []fleet.NodeStatus{{Node: "w1", Ready: true, Fingerprint: "aa", NotBefore: &nb}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +80,51 @@ func TestEvidenceVerifyCommand(t *testing.T) {
 				t.Errorf("a broken run is no usage error:\n%s", out)
 			}
 		})
+	}
+}
+
+// A redacted run is judged only under the key it was opened with: any
+// other would match no node and fail every one.
+func TestARedactedRunWantsItsOwnKey(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, otherFile := filepath.Join(dir, "key"), filepath.Join(dir, "other")
+	key, err := redact.LoadKey(keyFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redact.LoadKey(otherFile, true); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	red := redact.New(key)
+	run, err := maintenance.Open("cluster-a", "alice", "n1", at, "", "", []fleet.NodeStatus{{Node: red.Node("w1")}},
+		runKeyCheck(red, maintenance.NewID("cluster-a", "alice", at, "n1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := maintenance.Encode(run)
+	path := filepath.Join(dir, "run.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"verify", "--baseline", path}, "is redacted"},
+		{[]string{"verify", "--baseline", path, "--redact", "--redact-key-file", otherFile}, "is not the key run"},
+		{[]string{"evidence", "close", "--run", path, "--redact", "--redact-key-file", otherFile}, "is not the key run"},
+		{[]string{"evidence", "step", "--run", path, "drain"}, "is redacted"},
+	} {
+		code, out := runRoot(t, append(tc.args, "--kubeconfig=/nonexistent")...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, want 2 with %q:\n%s", tc.args, code, tc.want, out)
+		}
+	}
+	// With its key, the run is read and the command goes on to the
+	// cluster (here none).
+	if code, out := runRoot(t, "verify", "--baseline", path, "--redact", "--redact-key-file", keyFile, "--kubeconfig=/nonexistent"); code != 2 || strings.Contains(out, "key") {
+		t.Errorf("the run's own key: exit %d\n%s", code, out)
 	}
 }
 

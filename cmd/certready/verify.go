@@ -113,8 +113,10 @@ func (o *verifyOptions) Validate() error {
 	if o.red, err = o.redact.redactor(false); err != nil {
 		return err
 	}
-	if err := needsRunKey(o.before.Run, o.redact); err != nil {
-		return err
+	if run := o.before.Run; run != nil && run.Redacted {
+		if _, err := redactedRun(run, o.redact); err != nil {
+			return err
+		}
 	}
 	return checkListOutput(o.output)
 }

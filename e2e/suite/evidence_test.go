@@ -51,7 +51,11 @@ func (r *maintenanceRun) redactArgs() []string {
 
 func (r *maintenanceRun) step(ctx context.Context, name string) {
 	r.t.Helper()
-	out, code := runCertready(r.t, ctx, "evidence", "step", "--kubeconfig="+r.kubeconfig, "--run="+r.path, name)
+	args := []string{"evidence", "step", "--kubeconfig=" + r.kubeconfig, "--run=" + r.path, name}
+	if r.keyFile != "" {
+		args = append(args, "--redact", "--redact-key-file="+r.keyFile)
+	}
+	out, code := runCertready(r.t, ctx, args...)
 	if code != 0 || !strings.Contains(out, "Recorded step") {
 		r.t.Fatalf("certready evidence step %s: exit %d\n%s", name, code, out)
 	}

@@ -353,9 +353,22 @@ func redacted(r Record, red *redact.Redactor) Record {
 	} else if r.Requester != "" {
 		r.Requester = red.Text(r.Requester, nodes, r.SANs)
 	}
-	r.Message = red.Text(r.Message, nodes, r.SANs)
+	switch {
+	case r.SANs != nil || (r.Node == "" && r.Requester == ""):
+		// A decision on a request whose SANs are known, or a record
+		// about no node (leadership): what it may name is known.
+		r.Message = red.Text(r.Message, nodes, r.SANs)
+	default:
+		// A node's record that may quote what it does not carry (a
+		// certificate's SANs in a verdict, a condition's message):
+		// left out; rule and status still say what happened.
+		r.Message = ""
+	}
 	r.Node = red.Node(r.Node)
 	r.SANs = nil
+	// A digest of guessable fields would give them away: the ID is
+	// keyed, so only the key's holder finds the unredacted record.
+	r.EventID = red.Tag(r.EventID)
 	r.Redacted = true
 	return r
 }

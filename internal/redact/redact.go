@@ -27,6 +27,7 @@ const KeySize = 32
 const (
 	SAN     = "<san>"
 	Address = "<ip>"
+	URL     = "<url>"
 )
 
 // Redactor turns names into pseudonyms under its key. The nil *Redactor
@@ -90,6 +91,19 @@ func (r *Redactor) Node(name string) string {
 	return "node-" + hex.EncodeToString(m.Sum(nil))[:12]
 }
 
+// Tag is an HMAC of s under the key (32 hex digits): an identifier (a
+// record's event_id) that only the key's holder can compute from the
+// unredacted data, where a plain digest of guessable fields would give the
+// fields away to whoever tries every candidate.
+func (r *Redactor) Tag(s string) string {
+	if r == nil {
+		return s
+	}
+	m := hmac.New(sha256.New, r.key)
+	m.Write([]byte("tag:" + s))
+	return hex.EncodeToString(m.Sum(nil))[:32]
+}
+
 // pseudonym is what Node writes.
 var pseudonym = regexp.MustCompile(`node-[0-9a-f]{12}`)
 
@@ -124,17 +138,41 @@ func (r *Redactor) Text(s string, nodes, sans []string) string {
 	for _, sw := range swaps {
 		s = strings.ReplaceAll(s, sw.from, sw.to)
 	}
+	s = url.ReplaceAllString(s, URL)
 	return candidate.ReplaceAllStringFunc(s, redactAddress)
 }
 
+// url is a URL in a text (an API server's, a webhook's): its host names a
+// machine.
+var url = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'()<>\[\]]+`)
+
 func redactAddress(m string) string {
-	trimmed := strings.TrimRight(m, ".:") // a sentence's full stop or colon
-	rest := m[len(trimmed):]
-	if net.ParseIP(trimmed) != nil {
-		return Address + rest
+	// A full stop or colon after (a sentence's) is no part of the
+	// address; nor what comes before a colon that precedes one (IP:
+	// 10.0.0.7, refused:10.0.0.8:443, whose letters a-f the match took).
+	if r, ok := address(m); ok {
+		return r
 	}
-	if host, port, err := net.SplitHostPort(trimmed); err == nil && net.ParseIP(host) != nil {
-		return Address + ":" + port + rest
+	for i := 0; i < len(m); i++ {
+		if m[i] == ':' {
+			if r, ok := address(m[i+1:]); ok {
+				return m[:i+1] + r
+			}
+		}
 	}
 	return m
+}
+
+// address is m redacted when it is an address, with or without a port,
+// and a full stop or colons after it.
+func address(m string) (string, bool) {
+	trimmed := strings.TrimRight(m, ".:")
+	rest := m[len(trimmed):]
+	if net.ParseIP(trimmed) != nil {
+		return Address + rest, true
+	}
+	if host, port, err := net.SplitHostPort(trimmed); err == nil && net.ParseIP(host) != nil {
+		return Address + ":" + port + rest, true
+	}
+	return m, false
 }

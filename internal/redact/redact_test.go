@@ -46,6 +46,8 @@ func TestTextLeavesOutNamesSANsAndAddresses(t *testing.T) {
 		{"DNS SAN worker-1.example.com is not the node's", "DNS SAN <san> is not the node's", []string{"worker-1"}, []string{"worker-1.example.com"}},
 		{"valid until 2027-12-01T12:00:00Z, sha256 0a1b2c3d", "valid until 2027-12-01T12:00:00Z, sha256 0a1b2c3d", nil, nil},
 		{"system:node:worker-1 asked", "system:node:" + p + " asked", []string{"worker-1"}, nil},
+		{"SANs IP Address:10.0.0.7, IP:fd00::7 and refused:10.0.0.8:443", "SANs IP Address:<ip>, IP:<ip> and refused:<ip>:443", nil, nil},
+		{"Get \"https://api.tenant.example:6443/api/v1/nodes\": dial tcp 10.1.1.1:6443: refused", "Get \"<url>\": dial tcp <ip>:6443: refused", nil, nil},
 	} {
 		if got := r.Text(tc.in, tc.nodes, tc.sans); got != tc.want {
 			t.Errorf("Text(%q) = %q, want %q", tc.in, got, tc.want)

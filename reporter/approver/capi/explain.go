@@ -26,7 +26,8 @@ import (
 // through client and rc) and the same controller's backlog and rules. It
 // reads until the caches synced or ctx ends.
 func Explain(ctx context.Context, cfg controller.Config, mgmt dynamic.Interface, cluster *unstructured.Unstructured, client kubernetes.Interface, rc *rest.Config, csr *certv1.CertificateSigningRequest) (policy.Decision, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	defer cancel()
 	ns, name := cluster.GetNamespace(), cluster.GetName()
 	machines := dynamicinformer.NewFilteredDynamicInformer(mgmt, MachineGVR, ns, 0, cache.Indexers{}, nil).Informer()
@@ -40,6 +41,11 @@ func Explain(ctx context.Context, cfg controller.Config, mgmt dynamic.Interface,
 	w.setCluster(cluster)
 	csrFactory, csrInformer, err := evidence.CSRs(client, cfg.Policy, nil)
 	if err != nil {
+		return policy.Decision{}, err
+	}
+	// As the approver: a tenant's cluster that lists more CSRs than the
+	// bound ends the reading (rc's transport bounds each answer).
+	if err := countCached(csrInformer, Limits{}.withDefaults().MaxObjects, cancelCause, clusterKey(ns, name)); err != nil {
 		return policy.Decision{}, err
 	}
 	inv := Inventory{Indexer: machines.GetIndexer(), Namespace: ns, Cluster: name}
@@ -60,7 +66,7 @@ func Explain(ctx context.Context, cfg controller.Config, mgmt dynamic.Interface,
 		csrFactory.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), machines.HasSynced, csrInformer.HasSynced, ev.Identity.HasSynced, ctrl.HasSynced) {
-		return policy.Decision{}, fmt.Errorf("the caches of Cluster %s/%s's Machines and its workload cluster's CSRs did not sync: %w", ns, name, ctx.Err())
+		return policy.Decision{}, fmt.Errorf("the caches of Cluster %s/%s's Machines and its workload cluster's CSRs did not sync: %w", ns, name, context.Cause(ctx))
 	}
 	return ctrl.Evaluate(csr), nil
 }

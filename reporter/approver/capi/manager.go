@@ -383,6 +383,7 @@ func (m *Manager) reconcile(ctx context.Context, key string) error {
 	client, err := m.cfg.Connect(cfg)
 	if err != nil {
 		cancel(nil)
+		m.observable.WithLabelValues(key).Set(0)
 		return err
 	}
 	w := &workload{secretVersion: secret.ResourceVersion, cancel: func() { cancel(nil) }, done: make(chan struct{}), ranges: ranges.New()}
@@ -542,6 +543,9 @@ func (m *Manager) stop(key string) {
 	delete(m.running, key)
 	delete(m.failures, key)
 	m.synced.DeleteLabelValues(key)
+	// Not served: until it is again (or forget drops a Cluster that is
+	// gone), its CSRs are not being decided.
+	m.observable.WithLabelValues(key).Set(0)
 	m.served.Set(float64(len(m.running)))
 	m.mu.Unlock()
 	if w != nil {

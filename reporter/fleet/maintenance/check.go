@@ -80,6 +80,10 @@ func Check(run *Run) error {
 			return broken("%s is dated %s, before the entry before it", where, e.Time.Format(time.RFC3339))
 		case e.Kind == KindVerification && e.Verification == nil:
 			return broken("%s holds no verification", where)
+		case e.Kind != KindVerification && e.Verification != nil:
+			return broken("%s holds a verification, which only the last entry may", where)
+		case e.Kind != KindBaseline && (e.Nodes != nil || e.Selector != ""):
+			return broken("%s holds nodes or a selector, which only the baseline may", where)
 		}
 		prev = e.Hash
 	}
@@ -158,13 +162,17 @@ type Bounds struct {
 	IssueSlack time.Duration
 }
 
+// ClockSkew is how far ahead of this clock a baseline's time may be:
+// the clocks of two operators' machines.
+const ClockSkew = 5 * time.Minute
+
 // Accept refuses a baseline that does not bind the renewal verified now:
 // one without a cluster or time, one from another cluster, one older than
 // the bound or dated in the future, or one taken after the renewal: a
 // certificate served now in place of the baseline's was issued before the
 // baseline was taken, so the baseline is no "before" of it. A node whose
-// certificate did not change, or whose agent states no start of validity,
-// does not take part in the last test.
+// certificate did not change, that had none in the baseline, or whose
+// agent states no start of validity, does not take part in the last test.
 func Accept(b Baseline, now []fleet.NodeStatus, bounds Bounds) *Refusal {
 	switch {
 	case b.Cluster == "" || b.Taken.IsZero():
@@ -173,7 +181,7 @@ func Accept(b Baseline, now []fleet.NodeStatus, bounds Bounds) *Refusal {
 	case b.Cluster != bounds.Cluster:
 		return refuse(BaselineFromAnotherCluster, ExitOtherCluster,
 			"the baseline was taken on cluster %s; this is cluster %s (the UID of its kube-system Namespace): check the kubeconfig's context", b.Cluster, bounds.Cluster)
-	case b.Taken.After(bounds.Now.Add(bounds.IssueSlack)):
+	case b.Taken.After(bounds.Now.Add(ClockSkew)):
 		return refuse(BaselineFromTheFuture, ExitAge,
 			"the baseline is dated %s, after now (%s): the clock that took it, or this one, is wrong", b.Taken.Format(time.RFC3339), bounds.Now.UTC().Format(time.RFC3339))
 	case bounds.MaxAge > 0 && bounds.Now.Sub(b.Taken) > bounds.MaxAge:
@@ -187,7 +195,10 @@ func Accept(b Baseline, now []fleet.NodeStatus, bounds Bounds) *Refusal {
 	}
 	for _, n := range now {
 		before, ok := was[n.Node]
-		if !ok || n.Fingerprint == "" || n.NotBefore == nil || n.Fingerprint == before.Fingerprint {
+		if !ok || before.Fingerprint == "" || n.Fingerprint == "" || n.NotBefore == nil || n.Fingerprint == before.Fingerprint {
+			// No certificate in the baseline (the node was not ready
+			// then): verify fails the node itself; its certificate
+			// now says nothing of when the baseline was taken.
 			continue
 		}
 		if issued := n.NotBefore.Add(bounds.IssueSlack); issued.Before(b.Taken) {

@@ -49,7 +49,11 @@ type Run struct {
 	Nonce string `json:"nonce"`
 	// Redacted: node names are pseudonyms and messages carry no names or
 	// addresses (the run may leave the cluster).
-	Redacted bool    `json:"redacted,omitempty"`
+	Redacted bool `json:"redacted,omitempty"`
+	// KeyCheck is, for a redacted run, a tag of its ID under the
+	// redaction key: a wrong key is refused before it could judge every
+	// node as gone.
+	KeyCheck string  `json:"keyCheck,omitempty"`
 	Entries  []Entry `json:"entries"`
 }
 
@@ -80,8 +84,12 @@ type Entry struct {
 // of the fleet now, with its result.
 type Verification struct {
 	// Passed: every node passed or is a declared gap.
-	Passed         bool                 `json:"passed"`
-	ExpectCAChange bool                 `json:"expectCAChange,omitempty"`
+	Passed         bool `json:"passed"`
+	ExpectCAChange bool `json:"expectCAChange,omitempty"`
+	// MaxBaselineAge and IssueSlack are the bounds the baseline was
+	// accepted under (Bounds): an auditor sees a widened one.
+	MaxBaselineAge string               `json:"maxBaselineAge"`
+	IssueSlack     string               `json:"issueSlack"`
 	Coverage       Coverage             `json:"coverage"`
 	Nodes          []fleet.Verification `json:"nodes"`
 	// Gaps are the nodes the operator declared out of the run, and why.
@@ -119,7 +127,9 @@ func NewID(cluster, operator string, opened time.Time, nonce string) string {
 }
 
 // Open begins a run with its baseline: the fleet as read at now.
-func Open(cluster, operator, nonce string, now time.Time, selector, message string, nodes []fleet.NodeStatus, redacted bool) (*Run, error) {
+// keyCheck, for a redacted run, is the redaction key's tag of its ID
+// (NewID); "" for a plain run.
+func Open(cluster, operator, nonce string, now time.Time, selector, message string, nodes []fleet.NodeStatus, keyCheck string) (*Run, error) {
 	if cluster == "" || operator == "" || nonce == "" {
 		return nil, fmt.Errorf("a run needs the cluster's identity, the operator's and a nonce")
 	}
@@ -127,7 +137,7 @@ func Open(cluster, operator, nonce string, now time.Time, selector, message stri
 		nodes = []fleet.NodeStatus{}
 	}
 	now = now.UTC().Truncate(time.Second)
-	r := &Run{Schema: Schema, Cluster: cluster, Operator: operator, Opened: now, Nonce: nonce, Redacted: redacted}
+	r := &Run{Schema: Schema, Cluster: cluster, Operator: operator, Opened: now, Nonce: nonce, Redacted: keyCheck != "", KeyCheck: keyCheck}
 	r.ID = NewID(cluster, operator, now, nonce)
 	r.append(Entry{Kind: KindBaseline, Name: KindBaseline, Time: now, By: operator, Message: message, Selector: selector, Nodes: nodes})
 	return r, nil

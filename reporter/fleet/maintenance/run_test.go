@@ -2,6 +2,8 @@ package maintenance_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -23,7 +25,7 @@ func ready(node, fp string, notBefore time.Time) fleet.NodeStatus {
 func aRun(t *testing.T) *maintenance.Run {
 	t.Helper()
 	run, err := maintenance.Open("cluster-a", "alice", "nonce-1", opened, "", "quarterly renewal",
-		[]fleet.NodeStatus{ready("w1", "aa", opened.AddDate(0, -6, 0))}, false)
+		[]fleet.NodeStatus{ready("w1", "aa", opened.AddDate(0, -6, 0))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestARunIsBoundAndWhole(t *testing.T) {
 		}
 		ids[e.ID] = true
 	}
-	other, _ := maintenance.Open("cluster-b", "alice", "nonce-1", opened, "", "", nil, false)
+	other, _ := maintenance.Open("cluster-b", "alice", "nonce-1", opened, "", "", nil, "")
 	if other.ID == run.ID {
 		t.Errorf("runs of two clusters share the ID %s", run.ID)
 	}
@@ -90,7 +92,7 @@ func TestCheckNamesWhatWasDone(t *testing.T) {
 			r.Entries[0].Nodes[0].Fingerprint = "cc"
 		}},
 		{"the baseline replaced by a later one, rehashed", "entry 1 (baseline \"baseline\") does not follow", func(r *maintenance.Run) {
-			later, _ := maintenance.Open(r.Cluster, r.Operator, "nonce-2", opened.Add(time.Hour), "", "", nil, false)
+			later, _ := maintenance.Open(r.Cluster, r.Operator, "nonce-2", opened.Add(time.Hour), "", "", nil, "")
 			b := later.Entries[0]
 			b.ID = r.Entries[0].ID
 			r.Entries[0] = b
@@ -107,6 +109,17 @@ func TestCheckNamesWhatWasDone(t *testing.T) {
 			r.Entries[3].Verification.Passed = false
 		}},
 		{"the schema changed", "schema", func(r *maintenance.Run) { r.Schema = "x" }},
+		// Re-sealed, so only the shape tells: a step that claims a
+		// verification would read as a passed run.
+		{"a step given a verification, re-sealed", "holds a verification", func(r *maintenance.Run) {
+			r.Entries = r.Entries[:3]
+			r.Entries[2].Verification = &maintenance.Verification{Passed: true}
+			reseal(r)
+		}},
+		{"a step given nodes, re-sealed", "holds nodes", func(r *maintenance.Run) {
+			r.Entries[1].Nodes = r.Entries[0].Nodes
+			reseal(r)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := roundTrip(t, aRun(t))
@@ -142,6 +155,28 @@ func TestParseRefusesFieldsTheHashesDoNotCover(t *testing.T) {
 	}
 }
 
+// reseal recomputes every hash after an edit, as a forger with the
+// document alone would.
+func reseal(r *maintenance.Run) {
+	h := *r
+	h.Entries = nil
+	prev := digestOf(h)
+	for i := range r.Entries {
+		r.Entries[i].Prev, r.Entries[i].Hash = prev, ""
+		r.Entries[i].Hash = digestOf(r.Entries[i])
+		prev = r.Entries[i].Hash
+	}
+}
+
+func digestOf(v any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	sum := sha256.Sum256(buf.Bytes())
+	return hex.EncodeToString(sum[:])
+}
+
 func mustCompact(t *testing.T, data []byte) []byte {
 	t.Helper()
 	var b bytes.Buffer
@@ -152,7 +187,7 @@ func mustCompact(t *testing.T, data []byte) []byte {
 }
 
 func TestStepsAreNamedOnce(t *testing.T) {
-	run, _ := maintenance.Open("c", "alice", "n", opened, "", "", nil, false)
+	run, _ := maintenance.Open("c", "alice", "n", opened, "", "", nil, "")
 	if err := run.Step("", "alice", "", opened); err == nil {
 		t.Error("a step without a name was recorded")
 	}
@@ -190,6 +225,8 @@ func TestAcceptRefusesABaselineThatDoesNotBindTheRenewal(t *testing.T) {
 		{"dated in the future", maintenance.Baseline{Cluster: "cluster-a", Taken: now.Add(time.Hour), Nodes: []fleet.NodeStatus{old}}, []fleet.NodeStatus{renewed}, maintenance.BaselineFromTheFuture, 4},
 		{"taken after the renewal, showing the old certificate", maintenance.Baseline{Cluster: "cluster-a", Taken: opened.Add(90 * time.Minute), Nodes: []fleet.NodeStatus{old}}, []fleet.NodeStatus{renewed}, maintenance.BaselineAfterRenewal, 5},
 		{"taken within the signer's backdating", maintenance.Baseline{Cluster: "cluster-a", Taken: opened.Add(time.Hour + 5*time.Minute), Nodes: []fleet.NodeStatus{old}}, []fleet.NodeStatus{renewed}, "", 0},
+		{"no certificate in the baseline: verify fails the node, not the baseline", maintenance.Baseline{Cluster: "cluster-a", Taken: opened.Add(90 * time.Minute), Nodes: []fleet.NodeStatus{{Node: "w1", Status: "True"}}}, []fleet.NodeStatus{ready("w1", "aa", opened.AddDate(0, -6, 0))}, "", 0},
+		{"dated within the clock skew", maintenance.Baseline{Cluster: "cluster-a", Taken: now.Add(4 * time.Minute), Nodes: []fleet.NodeStatus{old}}, []fleet.NodeStatus{old}, "", 0},
 		{"a certificate that did not change is no renewal", maintenance.Baseline{Cluster: "cluster-a", Taken: opened.Add(90 * time.Minute), Nodes: []fleet.NodeStatus{old}}, []fleet.NodeStatus{old}, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
