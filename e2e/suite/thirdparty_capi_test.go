@@ -238,7 +238,8 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	scaleApprover(t, ctx, 0)
 	t.Cleanup(func() { restoreApprover(t) })
 	ledgerFile := filepath.Join(t.TempDir(), "ledger.jsonl")
-	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi", "--ledger=file:"+ledgerFile)
+	// Its ledger leaves the cluster: redacted.
+	a := startCAPIApprover(t, ctx, mgmt, "--leader-elect-namespace="+ns, "--capi-cluster-selector=certready.io/e2e=capi", "--ledger=file:"+ledgerFile, "--ledger-redact")
 	admin := writeKubeconfig(t, cluster.AdminConfig())
 	waitLog := func(what string) {
 		t.Helper()
@@ -326,14 +327,16 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 		t.Fatalf("CSR %s approved %+v, want the Machines named as the evidence", good, c)
 	}
 	t.Logf("approved with the floating IP %s: %s", floating, csrCondition(issued, certv1.CertificateApproved).Message)
-	// The ledger's record of it names the workload cluster.
+	// The ledger's record of it names the workload cluster, and, redacted,
+	// neither the node nor its addresses.
 	err = localcluster.Poll(ctx, time.Minute, "the approval's ledger record naming the workload cluster", func() (bool, error) {
 		data, _ := os.ReadFile(ledgerFile)
 		for _, line := range strings.Split(string(data), "\n") {
 			var r map[string]any
 			if json.Unmarshal([]byte(line), &r) == nil && r["action"] == "approved" && r["csr"] == good {
-				if r["workload_cluster"] != ns+"/"+name {
-					return false, fmt.Errorf("ledger record %s: workload_cluster %v, want %s/%s", line, r["workload_cluster"], ns, name)
+				node, _ := r["node"].(string)
+				if r["workload_cluster"] != ns+"/"+name || r["redacted"] != true || !strings.HasPrefix(node, "node-") {
+					return false, fmt.Errorf("ledger record %s: want workload_cluster %s/%s, redacted, the node as a pseudonym", line, ns, name)
 				}
 				return true, nil
 			}
@@ -342,6 +345,9 @@ func TestClusterAPIModeApprovesAgainstMachines(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(ledgerFile); strings.Contains(string(data), floating) || strings.Contains(string(data), w1.IP) || strings.Contains(string(data), "system:node:"+w1.Name) {
+		t.Errorf("the redacted ledger names %s or its addresses:\n%s", w1.Name, data)
 	}
 
 	// Another Machine's address, and the workload cluster's own API server
